@@ -1,0 +1,192 @@
+"""Run configuration: defaults here, per-environment files in ``configs/``, CLI overrides.
+
+Resolution order (later wins):
+  1. the defaults of :class:`RunConfig` and of the agent's config dataclass;
+  2. ``configs/<env>.toml`` if it exists (``/`` in the env id becomes ``_``), or the
+     file given by ``--config``; top-level keys set run fields, the ``[<agent>]``
+     table sets agent hyperparameters, ``[env_kwargs]`` and ``[dataflow]`` as named;
+  3. command-line flags: ``--num_actors=4``, ``--ppo.learning_rate=1e-3``, ...
+The resolved config is immutable and saved as ``LOGDIR/config.json`` at start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import tomllib
+from typing import Annotated, Any, Optional, Sequence
+
+import tyro
+
+from jaxsrl.dataflow import Dataflow, default_dataflow
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything about a run except the agent's hyperparameters."""
+
+    agent: str = "ppo"
+    """Agent (algorithm) name, e.g. ``ppo``."""
+    env: str = "CartPole-v1"
+    """Environment: any Gymnasium id, or ``hide_and_seek`` / ``hide_and_seek_full``."""
+    total_env_steps: int = 500_000
+    """Stop after this many environment frames (all actors together)."""
+    num_actors: int = 2
+    """Actor processes (of the default dataflow)."""
+    envs_per_actor: int = 32
+    """Environments per actor process, split evenly over its ring."""
+    ring_size: int = 2
+    """Environment groups per actor: one steps while another waits for actions."""
+    segment_length: int = 32
+    """T: steps per trajectory segment (plus one bootstrap observation)."""
+    batch_segments: int = 64
+    """Segments (rows of T steps) per learner update; divisible by the device count."""
+    max_staleness: int = 0
+    """Drop segments whose oldest action is more versions behind the learner (0: keep all)."""
+    inference_deadline_ms: float = 0.0
+    """After the first request, wait this long for more before running a batch."""
+    seed: int = 0
+    """Seed of parameters, learner RNG and environments."""
+    logdir: str = ""
+    """Run folder (metrics.jsonl, config.json, checkpoints/); default runs/<env>-<agent>-<time>."""
+    resume: bool = False
+    """Continue from the newest checkpoint in --logdir."""
+    log_interval_s: float = 2.0
+    """Seconds between metrics lines."""
+    checkpoint_interval_s: float = 120.0
+    """Seconds between periodic checkpoints (one is always written at the end)."""
+    keep_checkpoints: int = 3
+    """Newest checkpoints kept per policy."""
+    target_return: Optional[float] = None
+    """Stop early once an interval's episode_return_mean reaches this (for benchmarks)."""
+    host: str = "127.0.0.1"
+    """Interface the servers bind; loopback unless you need remote actors."""
+    actor_timeout_s: float = 30.0
+    """An actor exits if its inference server is silent this long."""
+    max_actor_restarts: int = 10
+    """Crashed actors are restarted up to this many times per run, then the run stops."""
+    env_kwargs: Annotated[Optional[dict], tyro.conf.Suppress] = None
+    """Keyword arguments for the environment constructor (from the TOML file)."""
+    dataflow: Annotated[Optional[dict], tyro.conf.Suppress] = None
+    """Worker graph (``[dataflow]`` TOML table); default: see ``default_dataflow``."""
+
+    # -- derived values (one place) ----------------------------------------------------
+    @property
+    def envs_per_group(self) -> int:
+        return self.envs_per_actor // self.ring_size
+
+    @property
+    def steps_per_update(self) -> int:
+        """Environment frames consumed by one learner update (single-agent envs)."""
+        return self.batch_segments * self.segment_length
+
+    @property
+    def num_updates(self) -> int:
+        """Planned learner updates (for learning-rate schedules)."""
+        return max(1, math.ceil(self.total_env_steps / self.steps_per_update))
+
+    def agent_config(self) -> Any:
+        return getattr(self, self.agent)
+
+    def get_dataflow(self) -> Dataflow:
+        flow = Dataflow.from_dict(self.dataflow) if self.dataflow else default_dataflow(self.num_actors)
+        flow.validate()
+        return flow
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first impossible value."""
+        positive = ["total_env_steps", "num_actors", "envs_per_actor", "ring_size",
+                    "segment_length", "batch_segments", "keep_checkpoints"]
+        for name in positive:
+            value = getattr(self, name)
+            if value <= 0:
+                raise ValueError(f"{name}={value} must be positive")
+        if self.envs_per_actor % self.ring_size:
+            raise ValueError(f"envs_per_actor={self.envs_per_actor} must be divisible by "
+                             f"ring_size={self.ring_size}")
+        if self.max_staleness < 0 or self.max_actor_restarts < 0:
+            raise ValueError("max_staleness and max_actor_restarts must be >= 0")
+        if self.log_interval_s <= 0 or self.actor_timeout_s <= 0:
+            raise ValueError("log_interval_s and actor_timeout_s must be > 0")
+        self.get_dataflow()
+
+
+def config_class(agent_name: str, agent_config_cls: type) -> type:
+    """The frozen dataclass of a run with agent ``agent_name`` (field of that name)."""
+    return dataclasses.make_dataclass(
+        "TrainConfig", [(agent_name, agent_config_cls, dataclasses.field(default_factory=agent_config_cls))],
+        bases=(RunConfig,), frozen=True)
+
+
+def config_file_for(env: str) -> str:
+    return os.path.join(CONFIG_DIR, env.replace("/", "_") + ".toml")
+
+
+def _apply_toml(defaults: Any, data: dict, path: str) -> Any:
+    agent_name = defaults.agent
+    run_fields = {f.name for f in dataclasses.fields(RunConfig)} - {"agent", "env"}
+    updates = {}
+    for key, value in data.items():
+        if key == agent_name and isinstance(value, dict):
+            sub = getattr(defaults, agent_name)
+            names = {f.name for f in dataclasses.fields(sub)}
+            bad = sorted(set(value) - names)
+            if bad:
+                raise ValueError(f"{path}: unknown [{agent_name}] keys {bad}; valid: {sorted(names)}")
+            value = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+            updates[agent_name] = dataclasses.replace(sub, **value)
+        elif key in run_fields:
+            updates[key] = value
+        elif isinstance(value, dict):
+            continue  # another agent's table: ignored when running this agent
+        else:
+            raise ValueError(f"{path}: unknown config key {key!r}")
+    return dataclasses.replace(defaults, **updates)
+
+
+def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -> Any:
+    """Parse the command line into a validated, frozen run config.
+
+    Args:
+      args: command-line arguments (default ``sys.argv[1:]``).
+      agents: the agent registry (default ``agents.AGENTS``).
+
+    Raises:
+      ValueError: unknown agent, environment or config key, or an impossible value —
+        before any process starts.
+      SystemExit: bad flags (tyro prints the error and the valid flags).
+    """
+    if agents is None:
+        from agents import AGENTS as agents  # noqa: PLC0415
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--agent", default="ppo")
+    pre.add_argument("--env", default="CartPole-v1")
+    pre.add_argument("--config", default=None, help="TOML file (default configs/<env>.toml)")
+    known, rest = pre.parse_known_args(args)
+    if known.agent not in agents:
+        raise ValueError(f"unknown agent {known.agent!r}; valid agents: {sorted(agents)}")
+    from jaxsrl.envs import check_env_name  # noqa: PLC0415
+    check_env_name(known.env)
+    agent = agents[known.agent]
+    cls = config_class(agent.name, agent.config_cls)
+    cfg = cls(agent=known.agent, env=known.env)
+    path = known.config or config_file_for(known.env)
+    if known.config and not os.path.exists(path):
+        raise ValueError(f"config file {path!r} does not exist")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            cfg = _apply_toml(cfg, tomllib.load(f), path)
+    cfg = tyro.cli(cls, default=cfg, args=list(rest) + ["--agent", known.agent, "--env", known.env],
+                   use_underscores=True, prog="train.py")
+    cfg.validate()
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict:
+    """Plain-data form of a config (for ``config.json``)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))

@@ -1,0 +1,186 @@
+"""Wire format of every jaxsrl stream: a small msgpack header plus raw array buffers.
+
+A message is a list of ZeroMQ frames::
+
+    frame 0: msgpack header {"v": 1, "kind": str, "meta": {...},
+                             "arrays": [[name, dtype, shape], ...]}
+    frame i: the raw C-ordered bytes of array i - 1
+
+Decoding never unpickles anything: headers are msgpack (plain data only) and arrays
+are read with ``np.frombuffer`` straight over the received buffers (zero-copy, so
+decoded arrays are read-only). Every field is validated before use; a bad message
+raises :class:`WireError` naming what is wrong, so a server can drop it and go on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import msgpack
+import numpy as np
+
+WIRE_VERSION = 1
+#: dtypes allowed on the wire (no object, no void, no datetime).
+ALLOWED_DTYPES = frozenset(
+    ["bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "int64", "uint64",
+     "float16", "float32", "float64"]
+)
+#: default upper bound on one message's total array bytes (256 MiB).
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+_MAX_HEADER_BYTES = 64 * 1024
+_MAX_ARRAYS = 256
+_MAX_NDIM = 8
+
+
+class WireError(ValueError):
+    """A message that is malformed or does not match its expected schema."""
+
+
+class Message(NamedTuple):
+    """A decoded message.
+
+    Attributes:
+      kind: message kind, e.g. ``"act"`` or ``"segment"``.
+      meta: small plain-data dict (ints, floats, strings, lists) from the header.
+      arrays: name -> read-only ``np.ndarray`` viewing the received buffers.
+    """
+
+    kind: str
+    meta: dict
+    arrays: dict
+
+
+def encode(kind: str, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = None
+           ) -> list:
+    """Encode a message into ZeroMQ frames.
+
+    Args:
+      kind: message kind.
+      arrays: name -> array; any dtype in :data:`ALLOWED_DTYPES`, any shape.
+      meta: plain-data dict (msgpack-serialisable), e.g. ids and versions.
+
+    Returns:
+      ``[header_bytes, buffer, ...]`` ready for ``socket.send_multipart``.
+
+    Raises:
+      WireError: an array has a dtype that is not allowed on the wire.
+    """
+    specs = []
+    frames = [None]
+    for name, value in arrays.items():
+        arr = np.asarray(value)
+        if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
+            arr = arr.copy(order="C")
+        if arr.dtype.name not in ALLOWED_DTYPES:
+            raise WireError(f"array {name!r} has dtype {arr.dtype} which is not allowed on the wire")
+        specs.append([name, arr.dtype.name, list(arr.shape)])
+        frames.append(memoryview(arr).cast("B") if arr.size else b"")
+    frames[0] = msgpack.packb(
+        {"v": WIRE_VERSION, "kind": kind, "meta": dict(meta or {}), "arrays": specs},
+        use_bin_type=True)
+    return frames
+
+
+def _buffer(frame) -> memoryview:
+    buf = getattr(frame, "buffer", frame)  # zmq.Frame (copy=False) or bytes
+    return memoryview(buf)
+
+
+def decode(frames: Sequence, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
+    """Decode and structurally validate a message.
+
+    Args:
+      frames: the frames of one message (``bytes`` or ``zmq.Frame``).
+      max_bytes: largest total array payload accepted.
+
+    Returns:
+      The :class:`Message`; arrays are zero-copy read-only views.
+
+    Raises:
+      WireError: bad header (not msgpack, wrong version, wrong types), frame count
+        mismatch, unknown dtype, bad shape, byte count mismatch or oversize payload.
+    """
+    if not frames:
+        raise WireError("empty message")
+    header_buf = _buffer(frames[0])
+    if len(header_buf) > _MAX_HEADER_BYTES:
+        raise WireError(f"header of {len(header_buf)} bytes exceeds {_MAX_HEADER_BYTES}")
+    try:
+        header = msgpack.unpackb(header_buf, raw=False, strict_map_key=True,
+                                 max_array_len=4096, max_map_len=1024)
+    except Exception as exc:  # msgpack raises several exception types
+        raise WireError(f"header is not valid msgpack: {exc}") from None
+    if not isinstance(header, dict):
+        raise WireError(f"header must be a map, got {type(header).__name__}")
+    if header.get("v") != WIRE_VERSION:
+        raise WireError(f"wire version {header.get('v')!r} != {WIRE_VERSION}")
+    kind, meta, specs = header.get("kind"), header.get("meta", {}), header.get("arrays")
+    if not isinstance(kind, str):
+        raise WireError(f"message kind must be a string, got {kind!r}")
+    if not isinstance(meta, dict):
+        raise WireError("meta must be a map")
+    if not isinstance(specs, list) or len(specs) > _MAX_ARRAYS:
+        raise WireError("arrays must be a list of at most %d entries" % _MAX_ARRAYS)
+    if len(specs) != len(frames) - 1:
+        raise WireError(f"header declares {len(specs)} arrays but {len(frames) - 1} buffers came")
+    arrays, total = {}, 0
+    for spec, frame in zip(specs, frames[1:]):
+        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)):
+            raise WireError(f"bad array spec {spec!r}")
+        name, dtype, shape = spec
+        if dtype not in ALLOWED_DTYPES:
+            raise WireError(f"array {name!r}: dtype {dtype!r} is not allowed")
+        if (not isinstance(shape, list) or len(shape) > _MAX_NDIM
+                or not all(isinstance(d, int) and 0 <= d < 2**40 for d in shape)):
+            raise WireError(f"array {name!r}: bad shape {shape!r}")
+        if name in arrays:
+            raise WireError(f"array {name!r} appears twice")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        total += nbytes
+        if total > max_bytes:
+            raise WireError(f"payload exceeds {max_bytes} bytes (array {name!r} declares {shape})")
+        buf = _buffer(frame)
+        if len(buf) != nbytes:
+            raise WireError(f"array {name!r}: {len(buf)} bytes received, {nbytes} declared "
+                            f"by dtype {dtype} and shape {shape}")
+        arrays[name] = np.frombuffer(buf, dtype=dtype).reshape(tuple(shape))
+    return Message(kind, meta, arrays)
+
+
+class ArraySpec(NamedTuple):
+    """Expected dtype and shape of one array; ``None`` in ``shape`` matches any size."""
+
+    dtype: str
+    shape: tuple
+
+
+def check_arrays(arrays: Mapping[str, np.ndarray], expected: Mapping[str, ArraySpec],
+                 allow_extra: bool = False) -> dict:
+    """Check a message's arrays against a schema.
+
+    Returns:
+      ``{name: size}`` for every ``None`` dimension, keyed ``"name.dim"`` (for callers
+      that need consistent batch sizes across arrays).
+
+    Raises:
+      WireError: a missing or unknown array, or a wrong dtype or shape.
+    """
+    missing = [k for k in expected if k not in arrays]
+    if missing:
+        raise WireError(f"missing arrays {missing}")
+    if not allow_extra:
+        unknown = [k for k in arrays if k not in expected]
+        if unknown:
+            raise WireError(f"unknown arrays {unknown}")
+    free = {}
+    for name, spec in expected.items():
+        arr = arrays[name]
+        if arr.dtype.name != spec.dtype:
+            raise WireError(f"array {name!r}: dtype {arr.dtype.name}, expected {spec.dtype}")
+        if len(arr.shape) != len(spec.shape) or any(
+                e is not None and e != d for e, d in zip(spec.shape, arr.shape)):
+            raise WireError(f"array {name!r}: shape {tuple(arr.shape)}, expected {spec.shape}")
+        for i, (e, d) in enumerate(zip(spec.shape, arr.shape)):
+            if e is None:
+                free[f"{name}.{i}"] = d
+    return free

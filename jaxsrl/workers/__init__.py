@@ -1,0 +1,1 @@
+"""Workers of the dataflow: actor (CPU process), policy (inference) and trainer (learner)."""

@@ -1,0 +1,178 @@
+"""Policy worker (inference server): batches actors' observations and answers with actions.
+
+Runs as a thread of the accelerator process. It binds a ZeroMQ ROUTER socket; each
+``act`` request carries one actor group's observations. The worker drains every
+request that is waiting (and, with a deadline, waits a little for more), pads the
+rows to the smallest fitting bucket size so that XLA never recompiles after warm-up,
+runs the jitted ``act`` over the local devices with the newest parameters from the
+:class:`~jaxsrl.params.ParameterStore` (on device, shared with the learner), and
+answers each actor with its slice. A malformed request is dropped with a logged
+reason and counted; the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+import jax
+import numpy as np
+import zmq
+
+from jaxsrl import wire
+from jaxsrl.envs.spaces import obs_schema, unflatten_obs
+from jaxsrl.metrics import MetricsAccumulator
+from jaxsrl.params import ParameterStore
+
+log = logging.getLogger("jaxsrl.policy")
+
+
+def bucket_sizes(max_rows: int, multiple: int, smallest: int = 8) -> list[int]:
+    """Batch sizes to compile: powers of two up to ``max_rows``, each a multiple of ``multiple``.
+
+    ``multiple`` is the device count (the batch axis is split across devices).
+    """
+    sizes, size = [], max(smallest, multiple)
+    while size < max_rows:
+        sizes.append(-(-size // multiple) * multiple)
+        size *= 2
+    sizes.append(-(-max_rows // multiple) * multiple)
+    return sorted(set(sizes))
+
+
+class PolicyWorker:
+    """Inference server thread of one policy.
+
+    Args:
+      name: worker name (for logs and errors).
+      policy: name of the policy whose parameters it serves.
+      act: ``act(params, obs, carry, rng)`` already jitted over the devices.
+      initial_carry: the agent's ``initial_carry``.
+      observation_space: per-row observation space (validates requests).
+      store: where the learner publishes parameters.
+      metrics: run metrics (dropped messages, batch sizes).
+      max_rows: largest batch of rows in one call (sum over actors' groups).
+      num_devices: batch sizes are padded to multiples of this.
+      host: interface to bind (``127.0.0.1`` unless told otherwise).
+      deadline_ms: after the first request, wait this long for more (0: take what
+        is waiting).
+      seed: seed of the action-sampling RNG.
+    """
+
+    def __init__(self, name: str, policy: str, act: Callable, initial_carry: Callable,
+                 observation_space: Any, store: ParameterStore, metrics: MetricsAccumulator,
+                 max_rows: int, num_devices: int = 1, host: str = "127.0.0.1",
+                 deadline_ms: float = 0.0, seed: int = 0):
+        self.name, self.policy = name, policy
+        self._act, self._initial_carry = act, initial_carry
+        self._schema = obs_schema(observation_space)
+        self.store, self.metrics = store, metrics
+        self.buckets = bucket_sizes(max_rows, num_devices)
+        self.max_rows = self.buckets[-1]
+        self.host, self.deadline_s = host, deadline_ms / 1000.0
+        self._rng = jax.random.PRNGKey(seed)
+        self.address: str | None = None
+        self.ready = threading.Event()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self._pad = {b: {k: np.zeros((b,) + s.shape[1:], s.dtype) for k, s in self._schema.items()}
+                     for b in self.buckets}
+        self.latency_s: list[float] = []  # recent server latencies, for the benchmark
+
+    # -- compute -----------------------------------------------------------------
+    def warmup(self) -> None:
+        """Compile ``act`` for every bucket size (blocks until parameters exist)."""
+        params = self.store.wait_for(self.policy).params
+        for b in self.buckets:
+            out = self._act(params, unflatten_obs(self._pad[b]), self._initial_carry(b), self._rng)
+            jax.block_until_ready(out)
+
+    def _infer(self, named_obs: dict, rows: int) -> tuple[np.ndarray, np.ndarray, int]:
+        bucket = next(b for b in self.buckets if b >= rows)
+        padded = self._pad[bucket]
+        for k, v in named_obs.items():
+            padded[k][:rows] = v
+        versioned = self.store.get(self.policy)
+        self._rng, key = jax.random.split(self._rng)
+        action, _, extras = self._act(versioned.params, unflatten_obs(padded),
+                                      self._initial_carry(bucket), key)
+        return np.asarray(action)[:rows], np.asarray(extras["logp"])[:rows], versioned.version
+
+    # -- messaging -----------------------------------------------------------------
+    def _parse(self, frames: list) -> tuple[bytes, dict, dict, int]:
+        identity, body = frames[0], frames[1:]
+        msg = wire.decode(body)
+        if msg.kind != "act":
+            raise wire.WireError(f"expected an 'act' request, got kind {msg.kind!r}")
+        free = wire.check_arrays(msg.arrays, self._schema)
+        rows = set(free.values())
+        if len(rows) != 1:
+            raise wire.WireError(f"observation arrays disagree on the number of rows: {free}")
+        n = rows.pop()
+        if not 0 < n <= self.max_rows:
+            raise wire.WireError(f"request of {n} rows; this server takes 1..{self.max_rows}")
+        return identity, msg.meta, msg.arrays, n
+
+    def run(self) -> None:
+        """Serve until ``stop`` is set. Exceptions are kept in ``self.error``."""
+        try:
+            sock = zmq.Context.instance().socket(zmq.ROUTER)
+            sock.setsockopt(zmq.LINGER, 0)
+            port = sock.bind_to_random_port(f"tcp://{self.host}")
+            self.address = f"tcp://{self.host}:{port}"
+            self.ready.set()  # actors may connect and queue requests while we compile
+            try:
+                self.warmup()
+                self._serve(sock)
+            finally:
+                sock.close()
+        except BaseException as exc:  # surfaced by the launcher, which names this worker
+            self.error = exc
+            self.ready.set()
+            raise
+
+    def _serve(self, sock: zmq.Socket) -> None:
+        while not self.stop.is_set():
+            if not sock.poll(100):
+                continue
+            t0 = time.perf_counter()
+            batch, rows = [], 0
+            deadline = t0 + self.deadline_s
+            while rows < self.max_rows:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    remaining = deadline - time.perf_counter()
+                    if remaining > 0 and sock.poll(remaining * 1000):
+                        continue
+                    break
+                try:
+                    identity, meta, arrays, n = self._parse(frames)
+                except wire.WireError as exc:
+                    log.warning("%s: dropped a malformed request: %s", self.name, exc)
+                    self.metrics.count("dropped_requests")
+                    continue
+                if rows + n > self.max_rows:  # answer it in the next call
+                    self._answer(sock, batch, rows)
+                    batch, rows = [], 0
+                batch.append((identity, meta, arrays, n))
+                rows += n
+            if batch:
+                self._answer(sock, batch, rows)
+                self.latency_s.append(time.perf_counter() - t0)
+                if len(self.latency_s) > 10_000:
+                    del self.latency_s[:5_000]
+
+    def _answer(self, sock: zmq.Socket, batch: list, rows: int) -> None:
+        named = {k: np.concatenate([b[2][k] for b in batch]) if len(batch) > 1 else batch[0][2][k]
+                 for k in self._schema}
+        action, logp, version = self._infer(named, rows)
+        self.metrics.add_means({"inference/batch_rows": rows, "inference/requests": len(batch)})
+        start = 0
+        for identity, meta, _, n in batch:
+            reply = wire.encode("action", {"action": action[start:start + n], "logp": logp[start:start + n]},
+                                {"group": meta.get("group"), "version": version})
+            sock.send_multipart([identity] + reply)
+            start += n

@@ -1,0 +1,44 @@
+"""Train an agent: ``python scripts/train.py --agent=ppo --env=CartPole-v1 [--flag=value ...]``.
+
+Every field of the run config and of the agent's config is a flag (``--help`` lists
+them); defaults come from ``configs/<env>.toml``. Exit code 0 on success, 1 when a
+component died (the message names it), 2 for a bad config, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from jaxsrl.config import load_config  # noqa: E402
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
+                        datefmt="%H:%M:%S")
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
+    try:
+        cfg = load_config(sys.argv[1:])
+    except ValueError as exc:
+        print(f"train.py: error: {exc}", file=sys.stderr)
+        return 2
+    from jaxsrl.launcher import ComponentDied, train  # noqa: PLC0415  (imports JAX)
+    try:
+        record = train(cfg)
+    except ComponentDied as exc:
+        logging.error("run stopped: %s", exc)
+        return 1
+    except KeyboardInterrupt:
+        logging.warning("interrupted; checkpoint saved")
+        return 130
+    print(f"done: {record.get('env_steps')} env steps, "
+          f"last episode_return_mean={record.get('episode_return_mean')}, logs in {record['logdir']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
