@@ -186,7 +186,7 @@ class TrainerWorker:
     def save_checkpoint(self) -> None:
         """Save state, RNG and counters now (called between updates)."""
         self.checkpoint_requested.clear()
-        if self.checkpointer is None:
+        if self.checkpointer is None or self.checkpointer.latest_step() == self.version:
             return
         tree = {"agent": self.state, "rng": self.rng}
         meta = {"policy_version": self.version, **self.extra_meta,

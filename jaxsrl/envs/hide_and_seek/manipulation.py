@@ -53,7 +53,9 @@ class Manipulation:
         self.lock_team = np.full(o, NO_TEAM, np.int64)
         self.lock_events = np.zeros(2, np.int64)
         self._prev_lock = np.zeros(a, bool)
-        self._dist_buf = np.zeros(6)
+        # Bounding radius of each object's geom, to skip exact distances for far objects.
+        self._obj_geom = index.geom[a:]
+        self._obj_rbound = model.geom_rbound[self._obj_geom] + cfg.agent_radius + self._reach
 
     def _gap(self, agent: int, obj: int) -> float:
         """Surface-to-surface distance (m), capped just above the reach."""
@@ -86,19 +88,24 @@ class Manipulation:
         idx, d, m = self._idx, self._d, self._m
         for i in np.flatnonzero(~grab & (self.held >= 0)):
             self._release(int(i))
-        for i in np.flatnonzero(grab & (self.held < 0)):
-            obj = self._nearest(int(i), seen_objects[i] & (self.lock_team == NO_TEAM))
+        want_grab = grab & (self.held < 0)
+        press = lock & ~self._prev_lock
+        self._prev_lock = lock.copy()
+        if not (want_grab.any() or press.any()):
+            return
+        gap = d.xpos[idx.body[: idx.n_agents], None, :] - d.geom_xpos[None, self._obj_geom, :]  # [A, O, 3]
+        near = seen_objects & (np.einsum("ijk,ijk->ij", gap, gap) <= self._obj_rbound[None, :] ** 2)
+        for i in np.flatnonzero(want_grab):
+            obj = self._nearest(int(i), near[i] & (self.lock_team == NO_TEAM))
             if obj >= 0:
                 e = idx.grab_eq(int(i), obj)
                 m.eq_data[e, :3] = 0.0
                 m.eq_data[e, 3:10] = _relpose(d, int(idx.body[i]), int(idx.body[idx.n_agents + obj]))
                 d.eq_active[e] = 1
                 self.held[i] = obj
-        press = lock & ~self._prev_lock
-        self._prev_lock = lock.copy()
         for i in np.flatnonzero(press):
             team = self.team[i]
-            obj = self._nearest(int(i), seen_objects[i] & ((self.lock_team == NO_TEAM) | (self.lock_team == team)))
+            obj = self._nearest(int(i), near[i] & ((self.lock_team == NO_TEAM) | (self.lock_team == team)))
             if obj < 0:
                 continue
             e = idx.lock_eq(obj)

@@ -1,0 +1,257 @@
+"""Feed-forward actor-critic networks and the action distributions they output.
+
+Distributions are small named tuples of arrays with pure helpers ``sample``, ``mode``,
+``log_prob`` and ``entropy`` that dispatch on the tuple's type. Which one a network
+outputs follows the action space (``head_for_space``):
+
+* ``Discrete(n, start)`` -> ``Categorical``: action ``[...]`` int32 in
+  ``[start, start + n)``.
+* ``MultiDiscrete(nvec, start)`` (1-D ``nvec``) -> ``MultiCategorical``: independent
+  categoricals, action ``[..., K]`` int32, log-probabilities summed over ``K``.
+* ``Box`` (1-D) -> ``DiagGaussian`` with a state-independent, learned log std: action
+  ``[..., A]`` float32. Actions are NOT squashed or clipped here; whoever steps the
+  environment clips them to the bounds, and the unclipped action is what must be
+  stored (``log_prob`` is of the unclipped action).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, NamedTuple, Sequence, Union
+
+import chex
+import flax.linen as nn
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Logit given to the padding entries of a MultiCategorical (finite, so that
+# ``p * log p`` is an exact 0 rather than ``0 * -inf = nan``).
+_PAD_LOGIT = -1e9
+
+
+# ----------------------------------------------------------------------------------
+# Distributions.
+
+
+class Categorical(NamedTuple):
+    """Categorical over ``start + [0, n)``; ``logits`` is ``[..., n]``."""
+
+    logits: jax.Array
+    start: jax.Array | int = 0
+
+
+class MultiCategorical(NamedTuple):
+    """``K`` independent categoricals, padded to a common width ``n_max``.
+
+    ``logits`` is ``[..., K, n_max]`` with ``_PAD_LOGIT`` where ``j >= nvec[k]``;
+    ``start`` is ``[K]`` (or a scalar).
+    """
+
+    logits: jax.Array
+    start: jax.Array | int = 0
+
+
+class DiagGaussian(NamedTuple):
+    """Diagonal Gaussian; ``mean`` is ``[..., A]``, ``log_std`` broadcasts to it."""
+
+    mean: jax.Array
+    log_std: jax.Array
+
+
+Distribution = Union[Categorical, MultiCategorical, DiagGaussian]
+
+
+def sample(dist: Distribution, rng: chex.PRNGKey) -> jax.Array:
+    """Draws one action per batch element (int32 for categoricals, float32 else)."""
+    if isinstance(dist, (Categorical, MultiCategorical)):
+        index = jax.random.categorical(rng, dist.logits, axis=-1)
+        return (index + dist.start).astype(jnp.int32)
+    noise = jax.random.normal(rng, dist.mean.shape, dist.mean.dtype)
+    return (dist.mean + jnp.exp(dist.log_std) * noise).astype(jnp.float32)
+
+
+def mode(dist: Distribution) -> jax.Array:
+    """The most likely action (argmax, or the mean of a Gaussian)."""
+    if isinstance(dist, (Categorical, MultiCategorical)):
+        return (jnp.argmax(dist.logits, axis=-1) + dist.start).astype(jnp.int32)
+    return dist.mean.astype(jnp.float32)
+
+
+def log_prob(dist: Distribution, action: chex.Array) -> jax.Array:
+    """``log pi(a)``, summed over the independent components; shape ``[...]``.
+
+    Gaussian: ``sum_i -((a_i - mu_i) / sigma_i)^2 / 2 - log sigma_i - log(2 pi) / 2``.
+    """
+    if isinstance(dist, (Categorical, MultiCategorical)):
+        logp_all = jax.nn.log_softmax(dist.logits, axis=-1)
+        index = (action - dist.start).astype(jnp.int32)[..., None]
+        logp = jnp.take_along_axis(logp_all, index, axis=-1)[..., 0]
+        return logp.sum(-1) if isinstance(dist, MultiCategorical) else logp
+    log_std = jnp.broadcast_to(dist.log_std, dist.mean.shape)
+    z = (action - dist.mean) * jnp.exp(-log_std)
+    return jnp.sum(-0.5 * z**2 - log_std - 0.5 * math.log(2 * math.pi), axis=-1)
+
+
+def entropy(dist: Distribution) -> jax.Array:
+    """Entropy, summed over the independent components; shape ``[...]``.
+
+    Categorical: ``-sum_j p_j log p_j``; Gaussian: ``sum_i log sigma_i + log(2 pi e) / 2``.
+    """
+    if isinstance(dist, (Categorical, MultiCategorical)):
+        logp_all = jax.nn.log_softmax(dist.logits, axis=-1)
+        ent = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+        return ent.sum(-1) if isinstance(dist, MultiCategorical) else ent
+    log_std = jnp.broadcast_to(dist.log_std, dist.mean.shape)
+    return jnp.sum(log_std + 0.5 * math.log(2 * math.pi * math.e), axis=-1)
+
+
+# ----------------------------------------------------------------------------------
+# Observations and action heads.
+
+
+def flatten_observation(obs, space: gymnasium.spaces.Space) -> jax.Array:
+    """Flattens a batch of observations to ``[..., D]`` float32.
+
+    Args:
+      obs: ``[..., *space.shape]`` for a ``Box``; for a ``Dict`` of ``Box``, a dict of
+        such arrays (same leading dims), concatenated in sorted key order.
+      space: the per-agent observation space.
+    """
+    if isinstance(space, gymnasium.spaces.Dict):
+        keys = sorted(space.spaces)
+        if set(obs) != set(keys):
+            raise ValueError(f"observation keys {sorted(obs)} != space keys {keys}")
+        parts = [flatten_observation(obs[k], space.spaces[k]) for k in keys]
+        return jnp.concatenate(parts, axis=-1)
+    if isinstance(space, gymnasium.spaces.Box):
+        obs = jnp.asarray(obs)
+        lead = obs.shape[: obs.ndim - len(space.shape)]
+        return obs.reshape(lead + (math.prod(space.shape),)).astype(jnp.float32)
+    raise TypeError(f"unsupported observation space {space!r} (Box or Dict of Box)")
+
+
+def dummy_observation(space: gymnasium.spaces.Space, batch: int = 1):
+    """Zeros shaped like a batch of ``batch`` observations (for ``init``)."""
+    if isinstance(space, gymnasium.spaces.Dict):
+        return {k: dummy_observation(s, batch) for k, s in space.spaces.items()}
+    return jnp.zeros((batch,) + tuple(space.shape), jnp.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionHead:
+    """Static description of a policy head, derived from an action space.
+
+    Attributes:
+      kind: ``"categorical"``, ``"multi_categorical"`` or ``"gaussian"``.
+      sizes: number of choices per categorical (``(n,)`` or ``nvec``), or ``(A,)``.
+      start: lowest action per component (categoricals; zeros for Gaussian).
+    """
+
+    kind: str
+    sizes: tuple[int, ...]
+    start: tuple[int, ...]
+
+
+def head_for_space(space: gymnasium.spaces.Space) -> ActionHead:
+    """The policy head for a ``Discrete``, 1-D ``MultiDiscrete`` or 1-D ``Box``."""
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return ActionHead("categorical", (int(space.n),), (int(space.start),))
+    if isinstance(space, gymnasium.spaces.MultiDiscrete):
+        if space.nvec.ndim != 1:
+            raise ValueError(f"only 1-D MultiDiscrete is supported, got {space!r}")
+        start = np.broadcast_to(np.asarray(space.start), space.nvec.shape)
+        return ActionHead(
+            "multi_categorical", tuple(int(n) for n in space.nvec),
+            tuple(int(s) for s in start),
+        )
+    if isinstance(space, gymnasium.spaces.Box):
+        if len(space.shape) != 1:
+            raise ValueError(f"only 1-D Box actions are supported, got {space!r}")
+        return ActionHead("gaussian", (int(space.shape[0]),), (0,) * space.shape[0])
+    raise TypeError(f"unsupported action space {space!r}")
+
+
+# ----------------------------------------------------------------------------------
+# Modules.
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "tanh": jnp.tanh,
+    "relu": nn.relu,
+    "gelu": nn.gelu,
+    "elu": nn.elu,
+    "silu": nn.silu,
+}
+
+
+def _dense(features: int, scale: float) -> nn.Dense:
+    # CleanRL's layer_init: orthogonal weights with gain `scale`, zero bias.
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(scale),
+        bias_init=nn.initializers.zeros,
+    )
+
+
+class MLP(nn.Module):
+    """``len(hidden_sizes)`` dense+activation layers, then a linear output layer.
+
+    Hidden layers use orthogonal init with gain ``sqrt(2)``; the output layer uses
+    ``out_scale`` (CleanRL: 0.01 for policy logits/means, 1.0 for the value).
+    """
+
+    hidden_sizes: Sequence[int]
+    out_features: int
+    out_scale: float
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = ACTIVATIONS[self.activation]
+        for size in self.hidden_sizes:
+            x = act(_dense(size, math.sqrt(2.0))(x))
+        return _dense(self.out_features, self.out_scale)(x)
+
+
+class ActorCritic(nn.Module):
+    """Separate policy and value MLP torsos over a flat observation ``[..., D]``.
+
+    ``__call__`` returns ``(dist, value)`` with ``value`` ``[...]``; ``policy`` and
+    ``value`` (use with ``apply(..., method=...)``) run one torso only.
+    """
+
+    head: ActionHead
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+
+    def setup(self):
+        head = self.head
+        out = sum(head.sizes) if head.kind == "multi_categorical" else head.sizes[0]
+        self.policy_net = MLP(self.hidden_sizes, out, 0.01, self.activation)
+        self.value_net = MLP(self.hidden_sizes, 1, 1.0, self.activation)
+        if head.kind == "gaussian":
+            self.log_std = self.param("log_std", nn.initializers.zeros, (head.sizes[0],))
+
+    def policy(self, x: jax.Array) -> Distribution:
+        out = self.policy_net(x)
+        head = self.head
+        if head.kind == "categorical":
+            return Categorical(out, head.start[0])
+        if head.kind == "gaussian":
+            return DiagGaussian(out, self.log_std)
+        # Split the K groups of logits and pad each to n_max: [..., K, n_max].
+        n_max = max(head.sizes)
+        bounds = np.cumsum(head.sizes)[:-1]
+        groups = [
+            jnp.pad(g, [(0, 0)] * (g.ndim - 1) + [(0, n_max - g.shape[-1])],
+                    constant_values=_PAD_LOGIT)
+            for g in jnp.split(out, bounds, axis=-1)
+        ]
+        return MultiCategorical(jnp.stack(groups, axis=-2), jnp.asarray(head.start))
+
+    def value(self, x: jax.Array) -> jax.Array:
+        return self.value_net(x)[..., 0]
+
+    def __call__(self, x: jax.Array) -> tuple[Distribution, jax.Array]:
+        return self.policy(x), self.value(x)

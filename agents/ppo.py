@@ -1,0 +1,325 @@
+"""Proximal Policy Optimisation (Schulman et al. 2017), clipped-surrogate variant.
+
+One ``learn`` call is one PPO update on a batch of ``B`` segments of ``T`` steps:
+values of every observation are recomputed with the current parameters (samples may
+be stale in an asynchronous runtime), GAE advantages and returns are computed, then
+``num_epochs`` epochs of shuffled minibatches over the ``B * T`` transitions, all
+inside one jittable function. Single-device code: the runtime shards the batch axis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents import networks
+from agents.returns import bootstrap_values, gae
+from jaxsrl.agent import Agent, AgentFns, EnvSpec, Trajectory
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyperparameters; the defaults are tuned for CartPole-v1 (see docs)."""
+
+    learning_rate: float = 1e-3
+    """Adam step size (the start value when ``anneal_lr``)."""
+    anneal_lr: bool = True
+    """Anneal the step size linearly to 0 over ``num_updates * num_epochs *
+    num_minibatches`` optimiser steps."""
+    num_epochs: int = 4
+    """Passes over each batch per ``learn`` call."""
+    num_minibatches: int = 4
+    """Minibatches per epoch; ``B * T`` must be divisible by it."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda (bias-variance trade-off of the advantage estimate)."""
+    clip_eps: float = 0.2
+    """Surrogate clipping range epsilon: ratios outside ``1 +- eps`` get no gradient."""
+    vf_coef: float = 0.5
+    """Weight of the value loss in the total loss."""
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus (subtracted from the total loss)."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip applied before Adam."""
+    clip_value_loss: bool = True
+    """Clip the value change to ``+- clip_eps`` around the pre-update values (PPO2)."""
+    normalize_advantages: bool = True
+    """Standardise advantages within each minibatch."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of both the policy and the value MLP."""
+    activation: str = "tanh"
+    """Hidden activation: one of ``networks.ACTIVATIONS`` (tanh, relu, gelu, ...)."""
+
+
+class PPOState(NamedTuple):
+    """Learner state.
+
+    Attributes:
+      params: network variables (``{"params": ...}``), what ``act`` takes.
+      opt_state: optax state of the clip+Adam chain.
+      update_step: ``[]`` int32 number of ``learn`` calls so far.
+    """
+
+    params: chex.ArrayTree
+    opt_state: optax.OptState
+    update_step: jax.Array
+
+
+class PPOLoss(NamedTuple):
+    """Output of ``ppo_loss``; every field is a scalar.
+
+    Attributes:
+      total: ``policy + vf_coef * value - ent_coef * entropy`` (what is minimised).
+      policy: clipped-surrogate loss ``-L^CLIP``.
+      value: ``0.5 * mean((V - G)^2)``, with the clipped variant where configured.
+      entropy: mean policy entropy.
+      approx_kl: ``mean((r - 1) - log r)``, an estimate of ``KL(pi_old || pi)``.
+      clip_fraction: fraction of samples with ``|r - 1| > clip_eps``.
+    """
+
+    total: jax.Array
+    policy: jax.Array
+    value: jax.Array
+    entropy: jax.Array
+    approx_kl: jax.Array
+    clip_fraction: jax.Array
+
+
+def ppo_loss(
+    logp: chex.Array,
+    behaviour_logp: chex.Array,
+    advantage: chex.Array,
+    value: chex.Array,
+    old_value: chex.Array,
+    return_: chex.Array,
+    entropy: chex.Array,
+    *,
+    clip_eps: float,
+    vf_coef: float,
+    ent_coef: float,
+    clip_value_loss: bool = True,
+    normalize_advantages: bool = True,
+) -> PPOLoss:
+    """PPO clipped-surrogate loss (Schulman et al. 2017, eq. 7 and eq. 9).
+
+    With ratio ``r = exp(logp - behaviour_logp)`` and advantages ``A`` (standardised
+    over the batch when ``normalize_advantages``)::
+
+        L^CLIP = mean(min(r * A, clip(r, 1 - eps, 1 + eps) * A))
+        L^V    = 0.5 * mean((V - G)^2), or with ``clip_value_loss`` (PPO2 / CleanRL)
+                 0.5 * mean(max((V - G)^2, (V_old + clip(V - V_old, -eps, eps) - G)^2))
+        total  = -L^CLIP + vf_coef * L^V - ent_coef * mean(H)
+
+    Args:
+      logp: ``[N]`` log-probability of the taken actions under the current policy.
+      behaviour_logp: ``[N]`` log-probability under the policy that acted.
+      advantage: ``[N]`` advantage estimates (no gradient flows through them).
+      value: ``[N]`` current value predictions ``V(s)``.
+      old_value: ``[N]`` value predictions before this update (for value clipping).
+      return_: ``[N]`` value targets ``G``.
+      entropy: ``[N]`` policy entropy at each state.
+      clip_eps: clipping range epsilon (ratio and, if enabled, value).
+      vf_coef: weight of ``L^V``.
+      ent_coef: weight of the entropy bonus.
+      clip_value_loss: use the clipped value loss.
+      normalize_advantages: standardise ``advantage`` (mean 0, std 1, eps 1e-8).
+
+    Returns:
+      ``PPOLoss`` of scalars.
+    """
+    chex.assert_rank([logp, behaviour_logp, advantage, value, old_value, return_,
+                      entropy], 1)
+    chex.assert_equal_shape([logp, behaviour_logp, advantage, value, old_value,
+                             return_, entropy])
+    advantage = jax.lax.stop_gradient(advantage)
+    if normalize_advantages:
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+
+    log_ratio = logp - behaviour_logp
+    ratio = jnp.exp(log_ratio)
+    clipped_ratio = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    policy_loss = -jnp.mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage))
+
+    value_err = (value - return_) ** 2
+    if clip_value_loss:
+        clipped_value = old_value + jnp.clip(value - old_value, -clip_eps, clip_eps)
+        value_err = jnp.maximum(value_err, (clipped_value - return_) ** 2)
+    value_loss = 0.5 * jnp.mean(value_err)
+
+    mean_entropy = jnp.mean(entropy)
+    total = policy_loss + vf_coef * value_loss - ent_coef * mean_entropy
+    return PPOLoss(
+        total=total,
+        policy=policy_loss,
+        value=value_loss,
+        entropy=mean_entropy,
+        approx_kl=jax.lax.stop_gradient(jnp.mean((ratio - 1.0) - log_ratio)),
+        clip_fraction=jax.lax.stop_gradient(
+            jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32))
+        ),
+    )
+
+
+class _Batch(NamedTuple):
+    """Flat transitions, ``[N, ...]`` leaves with ``N = B * T``."""
+
+    obs: chex.ArrayTree
+    action: jax.Array
+    behaviour_logp: jax.Array
+    advantage: jax.Array
+    return_: jax.Array
+    old_value: jax.Array
+
+
+def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
+    """Builds PPO's pure functions for one environment interface.
+
+    Args:
+      config: hyperparameters.
+      spec: observation and action spaces of one agent.
+      num_updates: planned number of ``learn`` calls (horizon of the LR anneal).
+
+    Returns:
+      ``AgentFns``. ``act`` has an extra static keyword ``deterministic=False`` that
+      takes the most likely action instead of sampling (``logp`` is still of it).
+    """
+    if config.activation not in networks.ACTIVATIONS:
+        raise ValueError(f"activation {config.activation!r} not in "
+                         f"{sorted(networks.ACTIVATIONS)}")
+    net = networks.ActorCritic(
+        head=networks.head_for_space(spec.action_space),
+        hidden_sizes=tuple(config.hidden_sizes),
+        activation=config.activation,
+    )
+    obs_space = spec.observation_space
+    steps_per_update = config.num_epochs * config.num_minibatches
+    if config.anneal_lr:
+        learning_rate = optax.linear_schedule(
+            config.learning_rate, 0.0, max(1, num_updates * steps_per_update)
+        )
+    else:
+        learning_rate = optax.constant_schedule(config.learning_rate)
+    optimiser = optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        optax.adam(learning_rate, eps=1e-5),
+    )
+
+    def init(rng: chex.PRNGKey) -> PPOState:
+        dummy = networks.flatten_observation(
+            networks.dummy_observation(obs_space), obs_space
+        )
+        params = net.init(rng, dummy)
+        return PPOState(params, optimiser.init(params), jnp.zeros((), jnp.int32))
+
+    def act(params, obs, carry, rng, *, deterministic: bool = False):
+        dist = net.apply(
+            params, networks.flatten_observation(obs, obs_space), method="policy"
+        )
+        action = networks.mode(dist) if deterministic else networks.sample(dist, rng)
+        return action, carry, {"logp": networks.log_prob(dist, action)}
+
+    def value_fn(params, obs):
+        return net.apply(
+            params, networks.flatten_observation(obs, obs_space), method="value"
+        )
+
+    def loss_fn(params, batch: _Batch):
+        dist, value = net.apply(
+            params, networks.flatten_observation(batch.obs, obs_space)
+        )
+        out = ppo_loss(
+            networks.log_prob(dist, batch.action),
+            batch.behaviour_logp,
+            batch.advantage,
+            value,
+            batch.old_value,
+            batch.return_,
+            networks.entropy(dist),
+            clip_eps=config.clip_eps,
+            vf_coef=config.vf_coef,
+            ent_coef=config.ent_coef,
+            clip_value_loss=config.clip_value_loss,
+            normalize_advantages=config.normalize_advantages,
+        )
+        return out.total, out
+
+    def sgd_step(carry, batch: _Batch):
+        params, opt_state, step = carry
+        grads, out = jax.grad(loss_fn, has_aux=True)(params, batch)
+        lr = learning_rate(step)  # what Adam uses at this step (for the metrics)
+        updates, opt_state = optimiser.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        metrics = {
+            "loss/total": out.total,
+            "loss/policy": out.policy,
+            "loss/value": out.value,
+            "loss/entropy": out.entropy,
+            "approx_kl": out.approx_kl,
+            "clip_fraction": out.clip_fraction,
+            "grad_norm": optax.global_norm(grads),
+            "learning_rate": jnp.asarray(lr, jnp.float32),
+        }
+        return (params, opt_state, step + 1), metrics
+
+    def learn(state: PPOState, traj: Trajectory, rng: chex.PRNGKey):
+        B, T = traj.reward.shape
+        n = B * T
+        if n % config.num_minibatches:
+            raise ValueError(f"B * T = {B} * {T} is not divisible by num_minibatches="
+                             f"{config.num_minibatches}")
+        chex.assert_shape([traj.terminated, traj.truncated, traj.behaviour_logp], (B, T))
+
+        # Fresh values with the current parameters; also the "old" values for clipping.
+        v_obs = value_fn(state.params, traj.obs)  # [B, T + 1]
+        v_final = value_fn(state.params, traj.final_obs)  # [B, T]
+        chex.assert_shape(v_obs, (B, T + 1))
+        terminated = traj.terminated.astype(jnp.float32)
+        v_tp1 = bootstrap_values(v_obs.T, v_final.T, traj.truncated.T)  # [T, B]
+        adv, ret = gae(
+            traj.reward.T.astype(jnp.float32),
+            config.gamma * (1.0 - terminated.T),
+            v_obs[:, :T].T,
+            v_tp1,
+            jnp.logical_or(traj.terminated, traj.truncated).T,
+            config.gae_lambda,
+        )  # [T, B] each
+
+        flat = lambda x: x.reshape((n,) + x.shape[2:])
+        data = _Batch(
+            obs=jax.tree.map(lambda x: flat(x[:, :T]), traj.obs),
+            action=flat(traj.action),
+            behaviour_logp=flat(traj.behaviour_logp),
+            advantage=flat(adv.T),
+            return_=flat(ret.T),
+            old_value=flat(v_obs[:, :T]),
+        )
+
+        def epoch(carry, key):
+            perm = jax.random.permutation(key, n).reshape(config.num_minibatches, -1)
+            minibatches = jax.tree.map(lambda x: x[perm], data)  # [M, N / M, ...]
+            return jax.lax.scan(sgd_step, carry, minibatches)
+
+        first_step = state.update_step * steps_per_update  # optimiser steps so far
+        (params, opt_state, _), metrics = jax.lax.scan(
+            epoch, (state.params, state.opt_state, first_step),
+            jax.random.split(rng, config.num_epochs),
+        )
+        metrics = jax.tree.map(jnp.mean, metrics)
+        metrics["value_mean"] = jnp.mean(v_obs[:, :T])
+        metrics["advantage_mean"] = jnp.mean(adv)
+        return PPOState(params, opt_state, state.update_step + 1), metrics
+
+    def initial_carry(n: int):
+        del n
+        return None
+
+    return AgentFns(init=init, act=act, learn=learn, initial_carry=initial_carry)
+
+
+AGENT = Agent("ppo", PPOConfig, make)

@@ -1,0 +1,69 @@
+"""Single-core throughput of the hide-and-seek env with uniformly random actions.
+
+Usage (pin to one core)::
+
+    taskset -c 0 python -m jaxsrl.envs.hide_and_seek.bench --variant quadrant --steps 4000
+    taskset -c 0 python -m jaxsrl.envs.hide_and_seek.bench --variant full --steps 2000 --physics
+
+Counts env steps (one step = all agents act once) including resets; ``--physics``
+also times bare ``mj_step`` on the same scenes for reference. Prints the best of
+``--repeats`` runs, since other processes on a shared machine only slow things down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import mujoco
+import numpy as np
+
+from jaxsrl.envs.hide_and_seek.env import make_env
+
+
+def env_steps_per_second(variant: str, steps: int, seed: int = 0) -> float:
+    """Env steps per second over ``steps`` random-action steps (resets included)."""
+    env = make_env(variant)
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    nvec = env.action_space(env.possible_agents[0]).nvec
+    acts = rng.integers(0, nvec, size=(steps, len(env.possible_agents), len(nvec)))
+    t0 = time.perf_counter()
+    for k in range(steps):
+        _, _, _, trunc, _ = env.step({a: acts[k, i] for i, a in enumerate(env.agents)})
+        if not env.agents:
+            env.reset()
+    return steps / (time.perf_counter() - t0)
+
+
+def physics_steps_per_second(variant: str, steps: int, seed: int = 0) -> float:
+    """Bare ``mj_step`` x n_substeps per second on the variant's scenes, random controls."""
+    env = make_env(variant)
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    m, d = env.model, env.data
+    ctrl = rng.uniform(-0.9, 0.9, size=(steps, m.nu))
+    n_sub = env.config.n_substeps
+    t0 = time.perf_counter()
+    for k in range(steps):
+        d.ctrl[:] = ctrl[k]
+        mujoco.mj_step(m, d, nstep=n_sub)
+    return steps / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variant", default="quadrant", choices=["quadrant", "full"])
+    p.add_argument("--steps", type=int, default=4000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--physics", action="store_true", help="also time bare physics")
+    args = p.parse_args()
+    env_rate = max(env_steps_per_second(args.variant, args.steps, seed=r) for r in range(args.repeats))
+    print(f"{args.variant}: {env_rate:,.0f} env steps/s (random actions, resets included)")
+    if args.physics:
+        phys = max(physics_steps_per_second(args.variant, args.steps, seed=r) for r in range(args.repeats))
+        print(f"{args.variant}: {phys:,.0f} physics-only steps/s (15 substeps each)")
+
+
+if __name__ == "__main__":
+    main()

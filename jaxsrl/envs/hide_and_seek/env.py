@@ -1,0 +1,229 @@
+"""``HideAndSeekEnv``: the hide-and-seek game of Baker et al. 2019 as a PettingZoo
+``ParallelEnv`` on MuJoCo.
+
+Agents are named ``hider_0 .. hider_{H-1}`` and ``seeker_0 .. seeker_{S-1}``;
+``possible_agents`` lists the configured maxima, ``agents`` the ones of the current
+episode (the full variant samples 1-3 of each). All agents share one observation
+space (a ``Dict`` of float32 ``Box``es, see ``observations.py``) and the action space
+``MultiDiscrete([11, 11, 11, 2, 2])``: force x, force y, torque z bins over
+``[-0.9, 0.9]`` of the motor range (bin 5 is zero), grab, lock.
+
+One ``step`` = 15 MuJoCo steps of 0.005 s. Rewards: after the preparation phase
+hiders get +1 when no hider is seen by any seeker and -1 otherwise, seekers the
+opposite; nothing during preparation; ``-boundary_penalty`` every step an agent is
+outside the floor square. At the horizon every agent is truncated (never
+terminated) and its info carries ``"episode_stats"`` (see ``stats.py``); call
+``reset`` to start again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mujoco
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig, make_config
+from jaxsrl.envs.hide_and_seek.layout import Layout, generate_layout
+from jaxsrl.envs.hide_and_seek.manipulation import HIDER, Manipulation
+from jaxsrl.envs.hide_and_seek.observations import ObservationBuilder, observation_shapes
+from jaxsrl.envs.hide_and_seek.scene import DOFS_PER_BODY, compile_scene
+from jaxsrl.envs.hide_and_seek.stats import EpisodeStats
+from jaxsrl.envs.hide_and_seek.vision import Vision
+
+ACTION_DIMS = ("force_x", "force_y", "torque_z", "grab", "lock")
+
+
+class HideAndSeekEnv(ParallelEnv):
+    """The hide-and-seek game. Build with ``make_env(variant, **overrides)``.
+
+    Args:
+      config: the game's knobs (default: the quadrant variant).
+      render_mode: ``None`` or ``"rgb_array"`` (``render()`` returns ``[H, W, 3]`` uint8).
+    """
+
+    metadata = {"name": "hide_and_seek_v0", "render_modes": ["rgb_array"], "render_fps": 13, "is_parallelizable": True}
+
+    def __init__(self, config: HideAndSeekConfig | None = None, render_mode: str | None = None):
+        cfg = (config or HideAndSeekConfig()).validate()
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.config = cfg
+        self.render_mode = render_mode
+        self.possible_agents = [f"hider_{i}" for i in range(cfg.max_hiders)] + [
+            f"seeker_{i}" for i in range(cfg.max_seekers)
+        ]
+        self.agents: list[str] = []
+        obs_space = spaces.Dict(
+            {
+                k: spaces.Box(0.0, 1.0, s, np.float32)
+                if k.endswith(("_mask", "_present"))
+                else spaces.Box(-np.inf, np.inf, s, np.float32)
+                for k, s in observation_shapes(cfg).items()
+            }
+        )
+        nvec = [cfg.n_action_bins] * 3 + [2, 2]
+        self.observation_spaces = {a: obs_space for a in self.possible_agents}
+        self.action_spaces = {a: spaces.MultiDiscrete(nvec) for a in self.possible_agents}
+        self._noop = np.array([cfg.n_action_bins // 2] * 3 + [0, 0], np.int64)
+        self._bin_scale = 2 * cfg.action_max / (cfg.n_action_bins - 1)
+        self._rng = np.random.default_rng()
+        self._model: mujoco.MjModel | None = None
+        self._data: mujoco.MjData | None = None
+        self.layout: Layout | None = None
+        self._t = 0
+
+    # --- PettingZoo API -------------------------------------------------------------
+    def observation_space(self, agent: str) -> spaces.Dict:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> spaces.MultiDiscrete:
+        return self.action_spaces[agent]
+
+    def team_of(self, agent: str) -> str:
+        """``"hider"`` or ``"seeker"``."""
+        if agent not in self.possible_agents:
+            raise KeyError(f"unknown agent {agent!r}")
+        return agent.split("_")[0]
+
+    @property
+    def model(self) -> mujoco.MjModel | None:
+        """The MuJoCo model of the current episode (recompiled at every reset)."""
+        return self._model
+
+    @property
+    def data(self) -> mujoco.MjData | None:
+        """The MuJoCo data of the current episode; ``qpos.reshape(-1, 4)`` rows are
+        (x, y, z, yaw) of hiders, seekers, boxes, ramps."""
+        return self._data
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode. ``options={"layout": Layout}`` replaces the random layout.
+
+        Returns ``(observations, infos)`` keyed by the episode's agents.
+        """
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        layout = (options or {}).get("layout")
+        if layout is None:
+            layout = generate_layout(self.config, self._rng)
+        self._setup(layout)
+        obs = self._observe()
+        return obs, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]):
+        """Advance 0.075 s. ``actions[agent]``: 5 ints (see ``ACTION_DIMS``); missing
+        agents do nothing. Returns ``(obs, rewards, terminations, truncations, infos)``."""
+        if not self.agents:
+            raise RuntimeError("episode is over: call reset()")
+        cfg, idx, d = self.config, self._idx, self._data
+        a = idx.n_agents
+        acts = np.empty((a, 5), np.int64)
+        for i, name in enumerate(self.agents):
+            act = actions.get(name)
+            acts[i] = self._noop if act is None else np.asarray(act, np.int64).reshape(5)
+        np.clip(acts[:, :3], 0, cfg.n_action_bins - 1, out=acts[:, :3])
+        ctrl = acts[:, :3] * self._bin_scale - cfg.action_max  # [A, 3] in motor units
+        grab, lock = acts[:, 3] > 0, acts[:, 4] > 0
+        in_prep = self._t < cfg.prep_steps
+        if in_prep:  # seekers are frozen: no motion, no grab, no lock
+            ctrl[idx.n_hiders :] = 0.0
+            grab[idx.n_hiders :] = False
+            lock[idx.n_hiders :] = False
+        d.ctrl[:] = ctrl.ravel()
+        self._manip.apply(grab, lock, self._visible[:, a:])
+        mujoco.mj_step(self._model, d, nstep=cfg.n_substeps)
+        mujoco.mj_kinematics(self._model, d)
+        self._t += 1
+
+        obs = self._observe()
+        q = self._qpos
+        h = cfg.floor_size / 2
+        any_seen = bool(self._visible[idx.n_hiders :, : idx.n_hiders].any())
+        team_r = 0.0 if in_prep else (-1.0 if any_seen else 1.0)
+        rew = np.where(self._team == HIDER, team_r, -team_r)
+        out = (np.abs(q[:a, 0]) > h) | (np.abs(q[:a, 1]) > h)
+        rew = rew - cfg.boundary_penalty * out
+        if cfg.object_boundary_penalty > 0 and idx.n_objects:
+            n_obj_out = int(np.sum((np.abs(q[a:, 0]) > h) | (np.abs(q[a:, 1]) > h)))
+            rew = rew - cfg.object_boundary_penalty * n_obj_out
+        m = self._manip
+        self._stats.record(q, m.lock_team, m.held, self._team, any_seen, in_prep, team_r, int(out.sum()))
+
+        done = self._t >= cfg.horizon
+        agents = self.agents
+        rewards = {n: float(rew[i]) for i, n in enumerate(agents)}
+        terms = dict.fromkeys(agents, False)
+        truncs = dict.fromkeys(agents, done)
+        if done:
+            stats = self._stats.summary(q, m.lock_team, m.lock_events)
+            infos = {n: {"episode_stats": dict(stats)} for n in agents}
+            self.agents = []
+        else:
+            infos = {n: {} for n in agents}
+        return obs, rewards, terms, truncs, infos
+
+    def render(self) -> np.ndarray | None:
+        """Top-down RGB image ``[H, W, 3]`` uint8 of the current state (None if
+        ``render_mode`` is None)."""
+        if self.render_mode is None or self._data is None:
+            return None
+        from jaxsrl.envs.hide_and_seek.render import render_topdown
+
+        return render_topdown(
+            self.config, self.layout, self._qpos, self._visible, self._manip.lock_team, self._manip.held,
+            self._idx.n_hiders, in_prep=self._t < self.config.prep_steps,
+        )
+
+    def close(self) -> None:
+        self._model = self._data = None
+
+    # --- internals -------------------------------------------------------------------
+    def _setup(self, layout: Layout) -> None:
+        cfg = self.config
+        if len(layout.hiders) > cfg.max_hiders or len(layout.seekers) > cfg.max_seekers:
+            raise ValueError("layout has more agents than the config's maxima")
+        if len(layout.boxes) > cfg.max_boxes or len(layout.ramps) > cfg.max_ramps:
+            raise ValueError("layout has more objects than the config's maxima")
+        if len(layout.hiders) < 1 or len(layout.seekers) < 1:
+            raise ValueError("layout needs at least one hider and one seeker")
+        model, idx = compile_scene(cfg, layout)
+        data = mujoco.MjData(model)
+        q = data.qpos[: DOFS_PER_BODY * len(idx.body)].reshape(-1, DOFS_PER_BODY)  # view
+        poses = np.concatenate([layout.hiders, layout.seekers, layout.boxes, layout.ramps])
+        z = np.concatenate(
+            [np.full(idx.n_agents, cfg.agent_radius), layout.box_sizes[:, 2] / 2, np.zeros(idx.n_ramps)]
+        )
+        q[:, 0:2] = poses[:, 0:2]
+        q[:, 2] = z
+        q[:, 3] = poses[:, 2]
+        mujoco.mj_forward(model, data)
+        self._model, self._data, self._idx, self.layout = model, data, idx, layout
+        self._qpos = q
+        self._qvel = data.qvel[: DOFS_PER_BODY * len(idx.body)].reshape(-1, DOFS_PER_BODY)
+        self._vision = Vision(cfg, model, idx)
+        self._manip = Manipulation(cfg, model, data, idx)
+        self._builder = ObservationBuilder(cfg, idx, layout.box_sizes, cfg.ramp_size)
+        self._team = self._manip.team
+        self.agents = [f"hider_{i}" for i in range(idx.n_hiders)] + [f"seeker_{i}" for i in range(idx.n_seekers)]
+        self._t = 0
+        self._stats = EpisodeStats(idx, cfg.prep_steps, q)
+        self._visible = np.zeros((idx.n_agents, idx.n_agents + idx.n_objects), bool)
+
+    def _observe(self) -> dict[str, dict[str, np.ndarray]]:
+        self._visible, lidar = self._vision.sense(self._data)
+        m = self._manip
+        batch = self._builder.build(self._qpos, self._qvel, self._visible, lidar, m.lock_team, m.held, self._t)
+        items = list(batch.items())
+        return {name: {k: v[i] for k, v in items} for i, name in enumerate(self.agents)}
+
+
+def make_env(variant: str = "quadrant", render_mode: str | None = None, **overrides: Any) -> HideAndSeekEnv:
+    """A ``HideAndSeekEnv`` of a named variant (``"quadrant"`` or ``"full"``).
+
+    Raises:
+      ValueError: unknown variant or override key (named in the message).
+    """
+    return HideAndSeekEnv(make_config(variant, **overrides), render_mode=render_mode)

@@ -1,0 +1,89 @@
+"""Per-episode statistics: the quantities by which Baker et al. tell the emergent phases
+apart (object movement in the preparation phase and overall, locking by team, how
+often hiders are seen). ``EpisodeStats.summary`` returns a flat ``dict[str, float]``.
+
+Keys (distances in m, displacements in the x-y plane from the episode start):
+``{box,ramp}_move_{prep,end}_{mean,max}``, ``{boxes,ramps}_locked_{hiders,seekers}_{prep,end}``
+(objects locked at the end of the preparation phase / of the episode),
+``lock_events_{hiders,seekers}``, ``hider_seen_fraction`` (post-preparation steps in
+which some hider was seen), ``{hider,seeker}_team_return`` (team reward summed over
+the episode, penalties excluded), ``{hider,seeker}_holding_fraction`` (agent-steps
+spent holding an object), ``agent_out_steps``, ``episode_length``, ``n_hiders``,
+``n_seekers``, ``n_boxes``, ``n_ramps``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxsrl.envs.hide_and_seek.manipulation import HIDER, SEEKER
+from jaxsrl.envs.hide_and_seek.scene import SceneIndex
+
+
+class EpisodeStats:
+    """Accumulates statistics of one episode; ``qpos`` arguments are ``[M, 4]``."""
+
+    def __init__(self, index: SceneIndex, prep_steps: int, qpos: np.ndarray):
+        self._idx = index
+        self._prep_steps = prep_steps
+        self._start = qpos[index.n_agents :, :2].copy()  # [O, 2]
+        self._prep_move = np.zeros(index.n_objects)
+        self._prep_locks: np.ndarray | None = None
+        self._steps = 0
+        self._post_prep = 0
+        self._seen = 0
+        self._team_return = 0.0
+        self._holding = np.zeros(2)
+        self._out = 0
+
+    def _move(self, qpos: np.ndarray) -> np.ndarray:
+        return np.hypot(*(qpos[self._idx.n_agents :, :2] - self._start).T)
+
+    @staticmethod
+    def _locks(lock_team: np.ndarray, lo: int, hi: int) -> tuple[float, float]:
+        part = lock_team[lo:hi]
+        return float(np.sum(part == HIDER)), float(np.sum(part == SEEKER))
+
+    def record(self, qpos, lock_team, held, team, any_hider_seen: bool, in_prep: bool, hider_team_reward: float, n_out: int):
+        """Called after every env step (``in_prep``: the step belonged to the preparation phase)."""
+        self._steps += 1
+        if not in_prep:
+            self._post_prep += 1
+            self._seen += int(any_hider_seen)
+        self._team_return += hider_team_reward
+        holding = held >= 0
+        self._holding += (np.sum(holding & (team == HIDER)), np.sum(holding & (team == SEEKER)))
+        self._out += n_out
+        if self._steps == self._prep_steps:
+            self._prep_move = self._move(qpos)
+            self._prep_locks = lock_team.copy()
+
+    def summary(self, qpos: np.ndarray, lock_team: np.ndarray, lock_events: np.ndarray) -> dict[str, float]:
+        idx = self._idx
+        b = idx.n_boxes
+        end_move = self._move(qpos)
+        prep_locks = self._prep_locks if self._prep_locks is not None else np.full_like(lock_team, -1)
+        out: dict[str, float] = {}
+        for name, sl in (("box", slice(0, b)), ("ramp", slice(b, idx.n_objects))):
+            for phase, move in (("prep", self._prep_move), ("end", end_move)):
+                part = move[sl]
+                out[f"{name}_move_{phase}_mean"] = float(part.mean()) if part.size else 0.0
+                out[f"{name}_move_{phase}_max"] = float(part.max()) if part.size else 0.0
+        for name, lo, hi in (("boxes", 0, b), ("ramps", b, idx.n_objects)):
+            for phase, locks in (("prep", prep_locks), ("end", lock_team)):
+                h, s = self._locks(locks, lo, hi)
+                out[f"{name}_locked_hiders_{phase}"] = h
+                out[f"{name}_locked_seekers_{phase}"] = s
+        out["lock_events_hiders"] = float(lock_events[HIDER])
+        out["lock_events_seekers"] = float(lock_events[SEEKER])
+        out["hider_seen_fraction"] = self._seen / self._post_prep if self._post_prep else 0.0
+        out["hider_team_return"] = float(self._team_return)
+        out["seeker_team_return"] = -float(self._team_return)
+        steps = max(self._steps, 1)
+        out["hider_holding_fraction"] = float(self._holding[0]) / (steps * max(idx.n_hiders, 1))
+        out["seeker_holding_fraction"] = float(self._holding[1]) / (steps * max(idx.n_seekers, 1))
+        out["agent_out_steps"] = float(self._out)
+        out["episode_length"] = float(self._steps)
+        out.update(n_hiders=float(idx.n_hiders), n_seekers=float(idx.n_seekers),
+                   n_boxes=float(idx.n_boxes), n_ramps=float(idx.n_ramps))
+        return out
