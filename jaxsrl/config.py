@@ -70,6 +70,8 @@ class RunConfig:
     """An actor exits if its inference server is silent this long."""
     max_actor_restarts: int = 10
     """Crashed actors are restarted up to this many times per run, then the run stops."""
+    compilation_cache_dir: str = "~/.cache/jaxsrl/xla"
+    """JAX persistent compilation cache (later runs skip XLA compiles); "" disables it."""
     env_kwargs: Annotated[Optional[dict], tyro.conf.Suppress] = None
     """Keyword arguments for the environment constructor (from the TOML file)."""
     dataflow: Annotated[Optional[dict], tyro.conf.Suppress] = None

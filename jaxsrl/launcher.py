@@ -26,7 +26,6 @@ import time
 from typing import Any
 
 import jax
-import numpy as np
 
 from jaxsrl import config as config_lib
 from jaxsrl import devices
@@ -103,6 +102,9 @@ def train(cfg: Any) -> dict:
     with open(os.path.join(logdir, "config.json"), "w") as f:
         json.dump(config_lib.to_dict(cfg) | {"logdir": logdir}, f, indent=2)
     flow = cfg.get_dataflow()
+    if cfg.compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cfg.compilation_cache_dir))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
     mesh = devices.local_mesh()
     n_dev = mesh.size
     if cfg.batch_segments % n_dev:
