@@ -82,15 +82,14 @@ class RunConfig:
     def envs_per_group(self) -> int:
         return self.envs_per_actor // self.ring_size
 
-    @property
-    def steps_per_update(self) -> int:
-        """Environment frames consumed by one learner update (single-agent envs)."""
-        return self.batch_segments * self.segment_length
+    def steps_per_update(self, rows_per_env: int = 1) -> float:
+        """Environment frames consumed by one learner update whose policy controls
+        ``rows_per_env`` agents of each environment."""
+        return self.batch_segments * self.segment_length / rows_per_env
 
-    @property
-    def num_updates(self) -> int:
-        """Planned learner updates (for learning-rate schedules)."""
-        return max(1, math.ceil(self.total_env_steps / self.steps_per_update))
+    def num_updates(self, rows_per_env: int = 1) -> int:
+        """Planned learner updates of one policy (for learning-rate schedules)."""
+        return max(1, math.ceil(self.total_env_steps / self.steps_per_update(rows_per_env)))
 
     def agent_config(self) -> Any:
         return getattr(self, self.agent)

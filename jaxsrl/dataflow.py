@@ -21,7 +21,7 @@ policy.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Mapping, Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,13 +34,22 @@ class ActorGroup:
       inference_stream: stream carrying observations to a policy worker.
       sample_stream: stream carrying trajectory segments to a trainer.
       envs_per_actor: environments per process (0: the run's ``envs_per_actor``).
+      teams: for multi-agent envs with a policy per team: team -> ``[inference_stream,
+        sample_stream]`` for that team's agents (then the two fields above are unused).
     """
 
     name: str
     count: int
-    inference_stream: str
-    sample_stream: str
+    inference_stream: str = ""
+    sample_stream: str = ""
     envs_per_actor: int = 0
+    teams: Optional[dict] = None
+
+    def bindings(self) -> list:
+        """``[(team or None, inference_stream, sample_stream), ...]`` of this group."""
+        if self.teams:
+            return [(team, pair[0], pair[1]) for team, pair in sorted(self.teams.items())]
+        return [(None, self.inference_stream, self.sample_stream)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,16 +129,21 @@ class Dataflow:
         for a in self.actors:
             if a.count < 1:
                 raise ValueError(f"actor group {a.name!r} has count={a.count}; need >= 1")
-            if a.inference_stream not in serving:
-                raise ValueError(f"actor group {a.name!r}: no policy worker serves "
-                                 f"inference stream {a.inference_stream!r}")
-            if a.sample_stream not in learning:
-                raise ValueError(f"actor group {a.name!r}: no trainer reads "
-                                 f"sample stream {a.sample_stream!r}")
-            if serving[a.inference_stream] != learning[a.sample_stream]:
-                raise ValueError(f"actor group {a.name!r} acts with policy "
-                                 f"{serving[a.inference_stream]!r} but feeds the trainer of "
-                                 f"{learning[a.sample_stream]!r}")
+            if a.teams is not None and not all(
+                    isinstance(v, (list, tuple)) and len(v) == 2 for v in a.teams.values()):
+                raise ValueError(f"actor group {a.name!r}: teams must map team -> "
+                                 f"[inference_stream, sample_stream], got {a.teams!r}")
+            for _, inference, sample in a.bindings():
+                if inference not in serving:
+                    raise ValueError(f"actor group {a.name!r}: no policy worker serves "
+                                     f"inference stream {inference!r}")
+                if sample not in learning:
+                    raise ValueError(f"actor group {a.name!r}: no trainer reads "
+                                     f"sample stream {sample!r}")
+                if serving[inference] != learning[sample]:
+                    raise ValueError(f"actor group {a.name!r} acts with policy "
+                                     f"{serving[inference]!r} but feeds the trainer of "
+                                     f"{learning[sample]!r}")
 
     def policies(self) -> list[str]:
         return [t.policy for t in self.trainers]

@@ -31,11 +31,12 @@ from jaxsrl import config as config_lib
 from jaxsrl import devices
 from jaxsrl.agent import EnvSpec
 from jaxsrl.checkpoint import Checkpointer
-from jaxsrl.envs import env_spaces
+from jaxsrl.envs import env_spaces, env_teams
 from jaxsrl.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
 from jaxsrl.params import ParameterStore
 from jaxsrl.workers.actor import EXIT_SERVER_TIMEOUT
 from jaxsrl.workers.policy import PolicyWorker
+from jaxsrl.workers.carry import CarryCodec
 from jaxsrl.workers.trainer import TrainerWorker
 
 log = logging.getLogger("jaxsrl")
@@ -115,7 +116,15 @@ def train(cfg: Any) -> dict:
     agent = get_agent(cfg.agent)
     obs_space, action_space = env_spaces(cfg.env, cfg.env_kwargs)
     spec = EnvSpec(obs_space, action_space)
-    fns = agent.make(cfg.agent_config(), spec, cfg.num_updates)
+    teams = env_teams(cfg.env, cfg.env_kwargs)  # team of each agent of one environment
+
+    def rows_per_env(team) -> int:
+        return len(teams) if team is None else sum(t == team for t in teams)
+
+    # Learning-rate schedules are planned per policy; with a policy per team the
+    # fewest rows per environment (most updates) is used for all of them.
+    fewest_rows = min(rows_per_env(team) for a in flow.actors for team, _, _ in a.bindings())
+    fns = agent.make(cfg.agent_config(), spec, cfg.num_updates(fewest_rows))
     learn = devices.jit_learn(fns.learn, mesh)
     act = devices.jit_act(fns.act, mesh)
 
@@ -135,14 +144,15 @@ def train(cfg: Any) -> dict:
         trainers[t.sample_stream] = TrainerWorker(
             t.name, t.policy, learn, lambda b: devices.put_batch(b, mesh), state, rng, version,
             obs_space, action_space, cfg.segment_length, cfg.batch_segments, store, metrics,
-            ckpt, cfg.max_staleness, cfg.host)
+            ckpt, cfg.max_staleness, cfg.host, fns.initial_carry)
 
     def envs_of(group) -> int:
         return group.envs_per_actor or cfg.envs_per_actor
 
     servers: dict[str, PolicyWorker] = {}
     for i, p in enumerate(flow.policy_workers):
-        rows = sum(a.count * envs_of(a) for a in flow.actors if a.inference_stream == p.inference_stream)
+        rows = sum(a.count * envs_of(a) * rows_per_env(team) for a in flow.actors
+                   for team, inference, _ in a.bindings() if inference == p.inference_stream)
         servers[p.inference_stream] = PolicyWorker(
             p.name, p.policy, act, fns.initial_carry, obs_space, store, metrics,
             max_rows=max(rows, 1), num_devices=n_dev, host=cfg.host,
@@ -171,11 +181,14 @@ def train(cfg: Any) -> dict:
                                  f"divisible by ring_size={cfg.ring_size}")
             for k in range(a.count):
                 idx = len(actors)
+                streams = [{"policy": trainers[sample].policy, "team": team,
+                            "inference_address": servers[inference].address,
+                            "sample_address": trainers[sample].address}
+                           for team, inference, sample in a.bindings()]
                 spec_ = {"actor_id": idx, "env": cfg.env, "env_kwargs": cfg.env_kwargs or {},
                          "envs_per_group": envs // cfg.ring_size, "ring_size": cfg.ring_size,
                          "segment_length": cfg.segment_length, "seed": seed_base,
-                         "inference_address": servers[a.inference_stream].address,
-                         "sample_address": trainers[a.sample_stream].address,
+                         "streams": streams, "carry_spec": CarryCodec(fns.initial_carry).spec(),
                          "timeout_s": cfg.actor_timeout_s, "parent_pid": os.getpid()}
                 actors.append(ActorProcess(f"{a.name}[{k}]", spec_))
                 actors[-1].start()

@@ -57,8 +57,9 @@ def test_unknown_toml_key_is_named(tmp_path):
 
 def test_derived_values():
     cfg = load_config(["--total_env_steps=10000", "--batch_segments=8", "--segment_length=16"])
-    assert cfg.steps_per_update == 128
-    assert cfg.num_updates == 79  # ceil(10000 / 128)
+    assert cfg.steps_per_update() == 128
+    assert cfg.num_updates() == 79  # ceil(10000 / 128)
+    assert cfg.num_updates(rows_per_env=4) == 313  # 4 agents share each env frame
 
 
 def test_default_dataflow_is_valid():

@@ -41,13 +41,26 @@ def make_actor_env(env_id: str, num_envs: int, seed: int, env_kwargs: dict | Non
     return GymVectorEnv(env_id, num_envs, seed, env_kwargs)
 
 
+def _make_multi_agent(env_id: str, env_kwargs: dict | None) -> Any:
+    import importlib  # noqa: PLC0415
+    module, defaults = MULTI_AGENT_ENVS[env_id]
+    return importlib.import_module(module).make_env(**{**defaults, **(env_kwargs or {})})
+
+
 def env_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[Any, Any]:
     """Per-agent ``(observation_space, action_space)`` of ``env_id``."""
     check_env_name(env_id)
     if env_id in MULTI_AGENT_ENVS:
-        import importlib  # noqa: PLC0415
-        module, defaults = MULTI_AGENT_ENVS[env_id]
-        env = importlib.import_module(module).make_env(**{**defaults, **(env_kwargs or {})})
+        env = _make_multi_agent(env_id, env_kwargs)
         agent = env.possible_agents[0]
         return env.observation_space(agent), env.action_space(agent)
     return single_spaces(env_id, env_kwargs)
+
+
+def env_teams(env_id: str, env_kwargs: dict | None = None) -> list:
+    """Team of each agent of one environment (``[None]`` for single-agent envs)."""
+    check_env_name(env_id)
+    if env_id in MULTI_AGENT_ENVS:
+        env = _make_multi_agent(env_id, env_kwargs)
+        return [env.team_of(a) for a in env.possible_agents]
+    return [None]

@@ -1,20 +1,26 @@
 """Actor worker: a CPU process that steps a ring of environment groups.
 
 It imports no JAX. Each of its ``ring_size`` groups holds ``envs_per_group``
-environments; while one group waits for actions from the inference server, the
-others step (SRL's environment ring). Each group's rows are cut into segments of
-``T`` steps plus one bootstrap observation, tagged with the policy version of each
-action, and pushed on the sample stream.
+environments; while one group waits for actions from the inference server(s), the
+others step (SRL's environment ring). A group's rows (one row = one agent in one
+environment) are split among the actor's *streams*, one per policy (a stream serves
+the rows whose team matches its filter, or all rows). Each stream's rows are cut into
+segments of ``T`` steps plus one bootstrap observation, tagged with the policy
+version of each action, and pushed on that policy's sample stream.
+
+Recurrent policies: the actor keeps each row's recurrent state (``carry``), sends it
+with every request, stores the server's new one, zeroes it at episode start (the
+agent's ``initial_carry`` must be zeros) and records each segment's first carry.
 
 Messages (see ``docs/architecture.md``):
-  -> inference: ``act``    meta {actor, run, group}; arrays obs...
-  <- inference: ``action`` meta {group, version}; arrays action [n, ...], logp [n]
+  -> inference: ``act``    meta {actor, run, group}; arrays obs..., carry/i...
+  <- inference: ``action`` meta {group, version}; arrays action [n, ...], logp [n], carry/i...
   -> samples:   ``segment`` meta {actor, run, group, env_steps, episodes, timing};
-                arrays obs... [n, T+1, ...], action, reward, terminated, truncated,
-                final_obs..., logp, version (each [n, T, ...]).
+                arrays obs... [n, T+1, ...], final_obs... [n, T, ...], action, reward,
+                terminated, truncated, logp, version [n, T], carry/i... [n, ...]
 
 Run as ``python -m jaxsrl.workers.actor '<json spec>'`` (the launcher does this).
-Exit codes: 0 stopped by SIGTERM/SIGINT; 3 the inference server did not answer in
+Exit codes: 0 stopped by SIGTERM/SIGINT; 3 an inference server did not answer in
 ``timeout_s``; 1 any other error (traceback on stderr).
 """
 
@@ -41,9 +47,10 @@ EXIT_SERVER_TIMEOUT = 3
 
 
 class SegmentBuffer:
-    """Preallocated ``[rows, T(+1), ...]`` buffers for one group's current segment."""
+    """Preallocated ``[rows, T(+1), ...]`` buffers for one stream's current segment."""
 
-    def __init__(self, first_obs: dict, rows: int, T: int, action_dtype: str, action_shape: tuple):
+    def __init__(self, first_obs: dict, T: int, action_dtype: str, action_shape: tuple, carry: dict):
+        rows = len(next(iter(first_obs.values())))
         self.T, self.t = T, 0
         self.obs = {k: np.zeros((rows, T + 1) + v.shape[1:], v.dtype) for k, v in first_obs.items()}
         self.final_obs = {k: np.zeros((rows, T) + v.shape[1:], v.dtype) for k, v in first_obs.items()}
@@ -53,42 +60,88 @@ class SegmentBuffer:
         self.truncated = np.zeros((rows, T), bool)
         self.logp = np.zeros((rows, T), np.float32)
         self.version = np.zeros((rows, T), np.int32)
+        self.carry = {k: np.zeros_like(v) for k, v in carry.items()}
         self.episodes: list = []
-        self.start(first_obs)
+        self.start(first_obs, carry)
 
-    def start(self, obs: dict) -> None:
+    def start(self, obs: dict, carry: dict) -> None:
         self.t = 0
         self.episodes = []
         for k, v in obs.items():
             self.obs[k][:, 0] = v
+        for k, v in carry.items():
+            self.carry[k][:] = v
 
-    def record(self, action, logp, version: int, step) -> bool:
+    def record(self, action, logp, version: int, reward, terminated, truncated, obs, final_obs) -> bool:
         """Store one step; returns True when the segment is full."""
         t = self.t
         self.action[:, t] = action
         self.logp[:, t] = logp
         self.version[:, t] = version
-        self.reward[:, t] = step.reward
-        self.terminated[:, t] = step.terminated
-        self.truncated[:, t] = step.truncated
-        for k, v in step.obs.items():
+        self.reward[:, t] = reward
+        self.terminated[:, t] = terminated
+        self.truncated[:, t] = truncated
+        for k, v in obs.items():
             self.obs[k][:, t + 1] = v
-        if step.truncated.any():
-            for k, v in step.final_obs.items():
-                self.final_obs[k][:, t] = v
-        else:
-            for v in self.final_obs.values():
-                v[:, t] = 0
-        self.episodes.extend(step.episodes)
+        for k, v in final_obs.items():
+            self.final_obs[k][:, t] = v
         self.t += 1
         return self.t == self.T
 
     def arrays(self) -> dict:
-        out = {k: v for k, v in self.obs.items()}
+        out = dict(self.obs)
         out.update({"final_" + k: v for k, v in self.final_obs.items()})
         out.update(action=self.action, reward=self.reward, terminated=self.terminated,
                    truncated=self.truncated, logp=self.logp, version=self.version)
+        out.update(self.carry)
         return out
+
+
+class Stream:
+    """One policy's view of the actor: its sockets and the rows of each group it serves."""
+
+    def __init__(self, spec: dict, ctx: zmq.Context):
+        self.policy = spec["policy"]
+        self.team = spec.get("team")
+        self.inference_address = spec["inference_address"]
+        self.inference = ctx.socket(zmq.DEALER)
+        self.inference.setsockopt(zmq.LINGER, 0)
+        self.inference.connect(spec["inference_address"])
+        self.samples = ctx.socket(zmq.PUSH)
+        self.samples.setsockopt(zmq.LINGER, 1000)
+        self.samples.setsockopt(zmq.SNDHWM, int(spec.get("sample_hwm", 2)))
+        self.samples.connect(spec["sample_address"])
+
+    def rows_of(self, env) -> np.ndarray:
+        teams = getattr(env, "row_team", None)
+        if self.team is None or teams is None:
+            return np.arange(env.num_rows)
+        return np.flatnonzero(np.asarray(teams) == self.team)
+
+    def close(self) -> None:
+        self.inference.close()
+        self.samples.close()
+
+
+class Group:
+    """One ring slot: its environments, and per stream its rows, carry and segment."""
+
+    def __init__(self, env, streams: list, T: int, carry_spec: list, action: tuple):
+        self.env = env
+        self.rows = [s.rows_of(env) for s in streams]
+        self.carry = [{name: np.zeros((len(r),) + tuple(shape), dtype) for name, dtype, shape in carry_spec}
+                      for r in self.rows]
+        self.action = np.zeros((env.num_rows,) + action[1], action[0])
+        self.logp = np.zeros(env.num_rows, np.float32)
+        self.version = [0] * len(streams)
+        self.waiting: set = set()
+        self.obs = env.reset()
+        self.buffers = [SegmentBuffer(self._slice(self.obs, r), T, action[0], action[1], c)
+                        for r, c in zip(self.rows, self.carry)]
+
+    @staticmethod
+    def _slice(named: dict, rows: np.ndarray) -> dict:
+        return {k: v[rows] for k, v in named.items()}
 
 
 class Actor:
@@ -99,75 +152,105 @@ class Actor:
         self.actor_id, self.run_id = int(spec["actor_id"]), int(spec["run_id"])
         self.T = int(spec["segment_length"])
         self.timeout_ms = int(1000 * float(spec.get("timeout_s", 30.0)))
-        self.ctx = context or zmq.Context.instance()
-        self.inference = self.ctx.socket(zmq.DEALER)
-        self.inference.setsockopt(zmq.LINGER, 0)
-        self.inference.connect(spec["inference_address"])
-        self.samples = self.ctx.socket(zmq.PUSH)
-        self.samples.setsockopt(zmq.LINGER, 1000)
-        self.samples.setsockopt(zmq.SNDHWM, int(spec.get("sample_hwm", 2)))
-        self.samples.connect(spec["sample_address"])
+        ctx = context or zmq.Context.instance()
+        self.streams = [Stream(s, ctx) for s in spec["streams"]]
+        self.poller = zmq.Poller()
+        for s in self.streams:
+            self.poller.register(s.inference, zmq.POLLIN)
+        self._socket_stream = {s.inference: i for i, s in enumerate(self.streams)}
         n = int(spec["envs_per_group"])
+        carry_spec = spec.get("carry_spec", [])
         self.groups = []
         for g in range(int(spec["ring_size"])):
             seed = int(spec["seed"]) + 10_000 * self.actor_id + n * g
-            self.groups.append(make_actor_env(spec["env"], n, seed, spec.get("env_kwargs")))
-        self.action_dtype, self.action_shape = action_leaf(self.groups[0].action_space)
+            env = make_actor_env(spec["env"], n, seed, spec.get("env_kwargs"))
+            if g == 0:
+                self.action_leaf = action_leaf(env.action_space)
+            self.groups.append(Group(env, self.streams, self.T, carry_spec, self.action_leaf))
         self.timing = {"env_s": 0.0, "wait_s": 0.0}
 
-    def _request(self, g: int, obs: dict) -> None:
+    def _request(self, g: int) -> None:
+        group = self.groups[g]
         meta = {"actor": self.actor_id, "run": self.run_id, "group": g}
-        self.inference.send_multipart(wire.encode("act", obs, meta), copy=False)
+        for i, stream in enumerate(self.streams):
+            arrays = Group._slice(group.obs, group.rows[i])
+            arrays.update(group.carry[i])
+            stream.inference.send_multipart(wire.encode("act", arrays, meta), copy=False)
+            group.waiting.add(i)
 
-    def _receive(self) -> wire.Message:
+    def _receive(self) -> tuple[int, wire.Message]:
         t0 = time.perf_counter()
-        if not self.inference.poll(self.timeout_ms):
-            raise TimeoutError(f"inference server at {self.spec['inference_address']} did not "
-                               f"answer within {self.timeout_ms / 1000:.1f} s")
-        msg = wire.decode(self.inference.recv_multipart())
+        ready = dict(self.poller.poll(self.timeout_ms))
+        if not ready:
+            names = ", ".join(s.inference_address for s in self.streams)
+            raise TimeoutError(f"inference server(s) at {names} did not answer within "
+                               f"{self.timeout_ms / 1000:.1f} s")
+        sock = next(iter(ready))
+        msg = wire.decode(sock.recv_multipart())
         self.timing["wait_s"] += time.perf_counter() - t0
-        return msg
+        return self._socket_stream[sock], msg
 
     def run(self, max_segments: int | None = None) -> None:
         """Loop until stopped (or ``max_segments`` segments were sent, for tests)."""
-        buffers = []
-        for g, env in enumerate(self.groups):
-            obs = env.reset()
-            buffers.append(SegmentBuffer(obs, env.num_rows, self.T, self.action_dtype, self.action_shape))
-            self._request(g, obs)
+        for g in range(len(self.groups)):
+            self._request(g)
         sent = 0
         while max_segments is None or sent < max_segments:
-            msg = self._receive()
+            i, msg = self._receive()
             g = msg.meta.get("group")
             if msg.kind != "action" or not isinstance(g, int) or not 0 <= g < len(self.groups):
                 log.warning("dropping unexpected reply kind=%r group=%r", msg.kind, g)
                 continue
-            t0 = time.perf_counter()
-            step = self.groups[g].step(msg.arrays["action"])
-            self.timing["env_s"] += time.perf_counter() - t0
-            self._request(g, step.obs)
-            buf = buffers[g]
-            if buf.record(msg.arrays["action"], msg.arrays["logp"], int(msg.meta["version"]), step):
-                self._send_segment(g, buf)
-                buf.start(step.obs)
-                sent += 1
+            group = self.groups[g]
+            rows = group.rows[i]
+            group.action[rows] = msg.arrays["action"]
+            group.logp[rows] = msg.arrays["logp"]
+            group.version[i] = int(msg.meta["version"])
+            for name in group.carry[i]:
+                group.carry[i][name][:] = msg.arrays[name]
+            group.waiting.discard(i)
+            if not group.waiting:
+                sent += self._step(g)
 
-    def _send_segment(self, g: int, buf: SegmentBuffer) -> None:
+    def _step(self, g: int) -> int:
+        group = self.groups[g]
+        t0 = time.perf_counter()
+        step = group.env.step(group.action)
+        self.timing["env_s"] += time.perf_counter() - t0
+        group.obs = step.obs
+        done = step.terminated | step.truncated
+        full = []
+        for i, rows in enumerate(group.rows):
+            for v in group.carry[i].values():
+                v[done[rows]] = 0  # a new episode starts from the initial (zero) carry
+            buf = group.buffers[i]
+            if buf.record(group.action[rows], group.logp[rows], group.version[i], step.reward[rows],
+                          step.terminated[rows], step.truncated[rows], Group._slice(step.obs, rows),
+                          Group._slice(step.final_obs, rows)):
+                full.append(i)
+        for i in range(len(self.streams)):
+            group.buffers[i].episodes.extend(step.episodes if i == 0 else ())
+        self._request(g)  # keep the server busy before sending samples
+        for i in full:
+            self._send_segment(g, i)
+        return len(full)
+
+    def _send_segment(self, g: int, i: int) -> None:
+        group, buf = self.groups[g], self.groups[g].buffers[i]
+        # Environment frames (not agent steps) and episodes are counted on the first stream only.
         meta = {"actor": self.actor_id, "run": self.run_id, "group": g,
-                "env_steps": self._env_steps(g, buf.T),
-                "episodes": buf.episodes, "timing": dict(self.timing)}
-        self.timing = {"env_s": 0.0, "wait_s": 0.0}
-        self.samples.send_multipart(wire.encode("segment", buf.arrays(), meta))
-
-    def _env_steps(self, g: int, T: int) -> int:
-        # Environment frames in this segment: one per env per step (not per agent).
-        return int(getattr(self.groups[g], "num_envs", self.groups[g].num_rows)) * T
+                "env_steps": int(getattr(group.env, "num_envs", group.env.num_rows)) * buf.T if i == 0 else 0,
+                "episodes": buf.episodes, "timing": dict(self.timing) if i == 0 else {}}
+        if i == 0:
+            self.timing = {"env_s": 0.0, "wait_s": 0.0}
+        self.streams[i].samples.send_multipart(wire.encode("segment", buf.arrays(), meta))
+        buf.start(Group._slice(group.obs, group.rows[i]), group.carry[i])
 
     def close(self) -> None:
-        for env in self.groups:
-            env.close()
-        self.inference.close()
-        self.samples.close()
+        for group in self.groups:
+            group.env.close()
+        for s in self.streams:
+            s.close()
 
 
 def _raise_exit(signum, frame):  # noqa: ARG001

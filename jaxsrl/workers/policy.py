@@ -25,6 +25,7 @@ from jaxsrl import wire
 from jaxsrl.envs.spaces import obs_schema, unflatten_obs
 from jaxsrl.metrics import MetricsAccumulator
 from jaxsrl.params import ParameterStore
+from jaxsrl.workers.carry import CarryCodec
 
 log = logging.getLogger("jaxsrl.policy")
 
@@ -66,8 +67,10 @@ class PolicyWorker:
                  max_rows: int, num_devices: int = 1, host: str = "127.0.0.1",
                  deadline_ms: float = 0.0, seed: int = 0):
         self.name, self.policy = name, policy
-        self._act, self._initial_carry = act, initial_carry
-        self._schema = obs_schema(observation_space)
+        self._act = act
+        self._carry = CarryCodec(initial_carry)
+        self._obs_names = list(obs_schema(observation_space))
+        self._schema = obs_schema(observation_space) | self._carry.schema()
         self.store, self.metrics = store, metrics
         self.buckets = bucket_sizes(max_rows, num_devices)
         self.max_rows = self.buckets[-1]
@@ -86,19 +89,24 @@ class PolicyWorker:
         """Compile ``act`` for every bucket size (blocks until parameters exist)."""
         params = self.store.wait_for(self.policy).params
         for b in self.buckets:
-            out = self._act(params, unflatten_obs(self._pad[b]), self._initial_carry(b), self._rng)
+            padded = self._pad[b]
+            out = self._act(params, unflatten_obs({k: padded[k] for k in self._obs_names}),
+                            self._carry.to_tree(padded), self._rng)
             jax.block_until_ready(out)
 
-    def _infer(self, named_obs: dict, rows: int) -> tuple[np.ndarray, np.ndarray, int]:
+    def _infer(self, named: dict, rows: int) -> tuple[dict, int]:
+        """Run ``act`` on ``rows`` rows (obs and carry arrays); returns reply arrays."""
         bucket = next(b for b in self.buckets if b >= rows)
         padded = self._pad[bucket]
-        for k, v in named_obs.items():
+        for k, v in named.items():
             padded[k][:rows] = v
         versioned = self.store.get(self.policy)
         self._rng, key = jax.random.split(self._rng)
-        action, _, extras = self._act(versioned.params, unflatten_obs(padded),
-                                      self._initial_carry(bucket), key)
-        return np.asarray(action)[:rows], np.asarray(extras["logp"])[:rows], versioned.version
+        action, carry, extras = self._act(
+            versioned.params, unflatten_obs({k: padded[k] for k in self._obs_names}),
+            self._carry.to_tree(padded), key)
+        out = {"action": action, "logp": extras["logp"], **self._carry.to_named(carry)}
+        return {k: np.asarray(v)[:rows] for k, v in out.items()}, versioned.version
 
     # -- messaging -----------------------------------------------------------------
     def _parse(self, frames: list) -> tuple[bytes, dict, dict, int]:
@@ -168,11 +176,11 @@ class PolicyWorker:
     def _answer(self, sock: zmq.Socket, batch: list, rows: int) -> None:
         named = {k: np.concatenate([b[2][k] for b in batch]) if len(batch) > 1 else batch[0][2][k]
                  for k in self._schema}
-        action, logp, version = self._infer(named, rows)
+        out, version = self._infer(named, rows)
         self.metrics.add_means({"inference/batch_rows": rows, "inference/requests": len(batch)})
         start = 0
         for identity, meta, _, n in batch:
-            reply = wire.encode("action", {"action": action[start:start + n], "logp": logp[start:start + n]},
+            reply = wire.encode("action", {k: v[start:start + n] for k, v in out.items()},
                                 {"group": meta.get("group"), "version": version})
             sock.send_multipart([identity] + reply)
             start += n

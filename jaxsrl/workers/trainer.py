@@ -24,11 +24,12 @@ from jaxsrl.checkpoint import Checkpointer
 from jaxsrl.envs.spaces import action_leaf, obs_schema, space_leaves, unflatten_obs
 from jaxsrl.metrics import MetricsAccumulator
 from jaxsrl.params import ParameterStore
+from jaxsrl.workers.carry import CarryCodec
 
 log = logging.getLogger("jaxsrl.trainer")
 
 
-def segment_schema(observation_space, action_space, T: int) -> dict:
+def segment_schema(observation_space, action_space, T: int, carry: CarryCodec | None = None) -> dict:
     """Wire schema of a ``segment`` message with ``T`` steps (rows left free)."""
     adtype, ashape = action_leaf(action_space)
     schema = obs_schema(observation_space, lead=(None, T + 1))
@@ -37,6 +38,8 @@ def segment_schema(observation_space, action_space, T: int) -> dict:
     schema.update(action=S(adtype, (None, T) + ashape), reward=S("float32", (None, T)),
                   terminated=S("bool", (None, T)), truncated=S("bool", (None, T)),
                   logp=S("float32", (None, T)), version=S("int32", (None, T)))
+    if carry is not None:
+        schema.update(carry.schema())
     return schema
 
 
@@ -59,17 +62,20 @@ class TrainerWorker:
       max_staleness: drop a segment whose oldest action is more than this many
         versions behind the learner (0 keeps everything).
       host: interface to bind.
+      initial_carry: the agent's ``initial_carry`` (describes carry arrays in segments).
     """
 
     def __init__(self, name: str, policy: str, learn: Callable, put_batch: Callable, state: Any,
                  rng: jax.Array, version: int, observation_space, action_space,
                  segment_length: int, batch_segments: int, store: ParameterStore,
                  metrics: MetricsAccumulator, checkpointer: Checkpointer | None = None,
-                 max_staleness: int = 0, host: str = "127.0.0.1"):
+                 max_staleness: int = 0, host: str = "127.0.0.1",
+                 initial_carry: Callable[[int], Any] = lambda n: None):
         self.name, self.policy = name, policy
         self._learn, self._put_batch = learn, put_batch
         self.state, self.rng, self.version = state, rng, version
-        self._schema = segment_schema(observation_space, action_space, segment_length)
+        self._carry = CarryCodec(initial_carry)
+        self._schema = segment_schema(observation_space, action_space, segment_length, self._carry)
         self._obs_names = list(space_leaves(observation_space))
         self.batch_segments = batch_segments
         self.store, self.metrics, self.checkpointer = store, metrics, checkpointer
@@ -97,7 +103,8 @@ class TrainerWorker:
             action=host["action"], reward=host["reward"], terminated=host["terminated"],
             truncated=host["truncated"],
             final_obs=unflatten_obs({k: host["final_" + k] for k in self._obs_names}),
-            behaviour_logp=host["logp"], policy_version=host["version"])
+            behaviour_logp=host["logp"], policy_version=host["version"],
+            carry=self._carry.to_tree(host))
 
     def warmup(self) -> None:
         """Compile ``learn`` for the batch shape before any sample arrives."""

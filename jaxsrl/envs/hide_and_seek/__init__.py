@@ -6,11 +6,20 @@ Public API: ``make_env(variant="quadrant", **overrides)``, ``HideAndSeekEnv``,
 Imports no JAX.
 """
 
+import functools
+
 from jaxsrl.envs.hide_and_seek.config import VARIANTS, HideAndSeekConfig, make_config
 from jaxsrl.envs.hide_and_seek.env import ACTION_DIMS, HideAndSeekEnv, make_env
 from jaxsrl.envs.hide_and_seek.layout import Layout, generate_layout, outer_walls
 
+ENV_FACTORIES = {
+    "hide_and_seek": functools.partial(make_env, "quadrant"),
+    "hide_and_seek_full": functools.partial(make_env, "full"),
+}
+"""``--env`` names -> factories ``(**overrides) -> HideAndSeekEnv``, for the env registry."""
+
 __all__ = [
+    "ENV_FACTORIES",
     "ACTION_DIMS",
     "HideAndSeekConfig",
     "HideAndSeekEnv",

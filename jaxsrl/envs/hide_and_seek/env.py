@@ -123,9 +123,9 @@ class HideAndSeekEnv(ParallelEnv):
         acts = np.empty((a, 5), np.int64)
         for i, name in enumerate(self.agents):
             act = actions.get(name)
-            acts[i] = self._noop if act is None else np.asarray(act, np.int64).reshape(5)
-        np.clip(acts[:, :3], 0, cfg.n_action_bins - 1, out=acts[:, :3])
-        ctrl = acts[:, :3] * self._bin_scale - cfg.action_max  # [A, 3] in motor units
+            acts[i] = self._noop if act is None else act
+        bins = np.minimum(np.maximum(acts[:, :3], 0), cfg.n_action_bins - 1)
+        ctrl = bins * self._bin_scale - cfg.action_max  # [A, 3] in motor units
         grab, lock = acts[:, 3] > 0, acts[:, 4] > 0
         in_prep = self._t < cfg.prep_steps
         if in_prep:  # seekers are frozen: no motion, no grab, no lock
@@ -174,7 +174,7 @@ class HideAndSeekEnv(ParallelEnv):
 
         return render_topdown(
             self.config, self.layout, self._qpos, self._visible, self._manip.lock_team, self._manip.held,
-            self._idx.n_hiders, in_prep=self._t < self.config.prep_steps,
+            self._idx.n_hiders, step=self._t, in_prep=self._t < self.config.prep_steps,
         )
 
     def close(self) -> None:

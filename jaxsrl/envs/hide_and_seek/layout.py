@@ -20,6 +20,11 @@ import dataclasses
 
 import numpy as np
 
+try:
+    from scipy.ndimage import label as _label
+except ImportError:  # optional speed-up only
+    _label = None
+
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
 
 
@@ -158,6 +163,8 @@ def is_connected(free: np.ndarray) -> bool:
     """True when all ``free`` cells form one 4-connected component."""
     if not free.any():
         return False
+    if _label is not None:  # scipy's C labelling when available, else a NumPy flood fill
+        return _label(free)[1] == 1
     reach = np.zeros_like(free)
     reach[np.unravel_index(int(np.argmax(free)), free.shape)] = True
     total = int(free.sum())

@@ -69,12 +69,19 @@ class ObservationBuilder:
     def __init__(self, cfg: HideAndSeekConfig, index: SceneIndex, box_sizes: np.ndarray, ramp_size):
         self._cfg, self._idx = cfg, index
         self._shapes = observation_shapes(cfg)
+        self._layout, offset = {}, 0  # key -> (offset, size, shape) in a flat [A, size] buffer
+        for k, shp in self._shapes.items():
+            n = int(np.prod(shp))
+            self._layout[k] = (offset, n, shp)
+            offset += n
+        self._size = offset
         a, b, r = index.n_agents, index.n_boxes, index.n_ramps
         self._a = a
         # others[i] = every agent but i, in agent order: [A, A - 1]
         self.others = np.array([[j for j in range(a) if j != i] for i in range(a)], np.int64).reshape(a, a - 1)
         team = np.array([0] * index.n_hiders + [1] * index.n_seekers)
         self.team = team
+        self._rows = np.arange(a)[:, None]  # [A, 1]
         self._team_onehot = np.stack([team == 0, team == 1], axis=1).astype(np.float32)  # [A, 2]
         self._sizes = np.concatenate([np.asarray(box_sizes).reshape(b, 3), np.tile(np.asarray(ramp_size), (r, 1))])
         self._obj_range = np.arange(b + r)
@@ -103,7 +110,8 @@ class ObservationBuilder:
         base[:, 5:] = qvel
         xy = qpos[:a, :2]  # observer positions [A, 2]
 
-        out = {k: np.zeros((a,) + s, np.float32) for k, s in sh.items()}
+        buf = np.zeros((a, self._size), np.float32)  # one allocation, split into views
+        out = {k: buf[:, o : o + n].reshape((a,) + s) for k, (o, n, s) in self._layout.items()}
         s = out["self"]
         s[:, :9] = base[:a]
         s[:, 9:11] = self._team_onehot
@@ -118,7 +126,7 @@ class ObservationBuilder:
             ag[:, : a - 1, 3:5] = qpos[oth, :2] - xy[:, None, :]
             ag[:, : a - 1, 5:11] = base[oth, 3:9]
             ag[:, : a - 1, 11:13] = self._team_onehot[oth]
-            out["agents_mask"][:, : a - 1] = np.take_along_axis(visible[:, :a], oth, axis=1)
+            out["agents_mask"][:, : a - 1] = visible[self._rows, oth]
             out["agents_present"][:, : a - 1] = 1.0
 
         if o:

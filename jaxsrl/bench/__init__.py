@@ -1,0 +1,20 @@
+"""The benchmark ladder: where every frame goes, from raw environment speed to training.
+
+``python scripts/bench.py [--quick] [train.py flags]`` measures, on this machine:
+
+1. ``raw_env``    env steps/s of the actor layout with random actions (no inference);
+2. ``transport``  ZeroMQ DEALER/ROUTER round trips/s at one ``act`` request's size;
+3. ``inference``  real actor processes + a real policy worker with frozen parameters;
+4. ``learner``    samples/s of the jitted ``learn`` on synthetic batches;
+5. ``end_to_end`` training env steps/s through ``jaxsrl.launcher.train``;
+6. ``scaling``    end-to-end env steps/s against the number of actor processes;
+
+plus the peak resident memory of each process kind. One module per job:
+:mod:`~jaxsrl.bench.raw_env`, :mod:`~jaxsrl.bench.transport`,
+:mod:`~jaxsrl.bench.inference`, :mod:`~jaxsrl.bench.learner`,
+:mod:`~jaxsrl.bench.end_to_end` (rungs); :mod:`~jaxsrl.bench.memory` (RSS sampling),
+:mod:`~jaxsrl.bench.machine` (what ran it), :mod:`~jaxsrl.bench.rungs` (runs the
+ladder), :mod:`~jaxsrl.bench.report` (targets, bottleneck, JSON and Markdown),
+:mod:`~jaxsrl.bench.cli` (the command line). Importing this package imports no JAX
+(the raw-environment and echo-server child processes use it).
+"""

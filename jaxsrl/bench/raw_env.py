@@ -1,0 +1,106 @@
+"""Rung 1, raw environment: env steps/s of the actor layout with random actions.
+
+Each of ``processes`` child processes (``python -m jaxsrl.bench.raw_env '<json>'``;
+no JAX imported) builds the same ring of ``ring_size`` groups of ``envs_per_group``
+environments as an actor (``jaxsrl.envs.make_actor_env``), steps the groups in turn
+with uniformly random actions, and reports frames stepped. The children start
+stepping together (a stdin handshake), so the total is what this machine's cores
+give the actor layout when nothing else (inference, learning) runs: the ceiling.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+
+import numpy as np
+
+
+def random_actions(space, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """``rows`` uniformly random actions of a Gymnasium action space, in the wire dtype."""
+    from jaxsrl.envs.spaces import action_leaf  # noqa: PLC0415
+
+    dtype, shape = action_leaf(space)
+    if hasattr(space, "nvec"):  # MultiDiscrete
+        return rng.integers(0, np.asarray(space.nvec), size=(rows,) + shape).astype(dtype)
+    if hasattr(space, "n"):  # Discrete
+        start = int(getattr(space, "start", 0))
+        return rng.integers(start, start + int(space.n), size=(rows,)).astype(dtype)
+    low = np.nan_to_num(np.asarray(space.low, np.float64), neginf=-1.0, posinf=1.0)
+    high = np.nan_to_num(np.asarray(space.high, np.float64), neginf=-1.0, posinf=1.0)
+    return rng.uniform(low, high, size=(rows,) + shape).astype(dtype)
+
+
+def child_main(spec: dict) -> int:
+    """Build the ring, handshake, step for ``duration_s``, print one JSON line."""
+    from jaxsrl.envs import make_actor_env  # noqa: PLC0415
+
+    n, ring = int(spec["envs_per_group"]), int(spec["ring_size"])
+    groups = [make_actor_env(spec["env"], n, int(spec["seed"]) + n * g, spec.get("env_kwargs"))
+              for g in range(ring)]
+    rng = np.random.default_rng(int(spec["seed"]))
+    frames_per_step = [int(getattr(e, "num_envs", e.num_rows)) for e in groups]
+    for env in groups:
+        env.reset()
+    print(json.dumps({"ready": True}), flush=True)
+    if sys.stdin.readline().strip() != "go":  # parent gone: stop quietly
+        return 0
+    frames = steps = 0
+    env_s = 0.0
+    t_start = time.perf_counter()
+    deadline = t_start + float(spec["duration_s"])
+    while time.perf_counter() < deadline:
+        for g, env in enumerate(groups):
+            action = random_actions(env.action_space, env.num_rows, rng)
+            t0 = time.perf_counter()
+            env.step(action)
+            env_s += time.perf_counter() - t0
+            frames += frames_per_step[g]
+            steps += 1
+    seconds = time.perf_counter() - t_start
+    for env in groups:
+        env.close()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    print(json.dumps({"frames": frames, "group_steps": steps, "seconds": seconds,
+                      "env_s": env_s, "peak_rss_mib": round(rss, 1)}), flush=True)
+    return 0
+
+
+def measure(env: str, env_kwargs: dict | None, processes: int, envs_per_group: int,
+            ring_size: int, duration_s: float, seed: int = 0) -> dict:
+    """Run ``processes`` raw-environment children for ``duration_s``; aggregate result."""
+    from jaxsrl.bench import procs  # noqa: PLC0415
+
+    children = []
+    try:
+        for i in range(processes):
+            spec = {"env": env, "env_kwargs": env_kwargs or {}, "envs_per_group": envs_per_group,
+                    "ring_size": ring_size, "seed": seed + 10_000 * i, "duration_s": duration_s}
+            children.append(procs.start_module("jaxsrl.bench.raw_env", spec))
+        for i, c in enumerate(children):
+            procs.read_json_line(c, f"raw env process {i}")
+        for c in children:
+            c.stdin.write("go\n")
+            c.stdin.flush()
+        results = [procs.read_json_line(c, f"raw env process {i}") for i, c in enumerate(children)]
+    finally:
+        for c in children:
+            procs.stop(c)
+    frames = sum(r["frames"] for r in results)
+    seconds = max(r["seconds"] for r in results)
+    per_process = [r["frames"] / r["seconds"] for r in results]
+    return {
+        "processes": processes,
+        "envs_per_process": envs_per_group * ring_size,
+        "env_steps_per_s": frames / seconds,
+        "env_steps_per_s_per_process": sum(per_process) / len(per_process),
+        "env_time_fraction": sum(r["env_s"] for r in results) / sum(r["seconds"] for r in results),
+        "seconds": seconds,
+        "peak_rss_mib": max(r["peak_rss_mib"] for r in results),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(json.loads(sys.argv[1])))

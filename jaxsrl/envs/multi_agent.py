@@ -1,0 +1,107 @@
+"""A group of PettingZoo-style parallel environments as the actor worker steps them.
+
+Rows are environment-major: row ``e * A + a`` is agent ``a`` of environment ``e``
+(``A`` agents per environment, all present for the whole episode, each with the same
+observation and action space so one policy can serve any of them). The environment
+module must expose ``make_env(**kwargs)`` returning a ``pettingzoo.ParallelEnv`` with
+``team_of(agent) -> str``; episode statistics found in ``info["episode_stats"]`` at the
+end of an episode are reported with each agent's episode. Imports no JAX.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from jaxsrl.envs.gym_vector import StepResult
+from jaxsrl.envs.spaces import flatten_obs, space_leaves
+
+
+class MultiAgentVectorEnv:
+    """``num_envs`` copies of a parallel multi-agent environment.
+
+    Args:
+      module: module exposing ``make_env(**kwargs)``.
+      kwargs: keyword arguments for ``make_env``.
+      num_envs: environments in this group.
+      seed: env ``i`` is seeded ``seed + i`` at its first reset.
+
+    Attributes:
+      num_envs, num_rows: environments, and rows (``num_envs * agents_per_env``).
+      row_agent, row_team: agent name and team of each row.
+    """
+
+    def __init__(self, module: str, kwargs: dict, num_envs: int, seed: int):
+        make_env = importlib.import_module(module).make_env
+        self.envs = [make_env(**kwargs) for _ in range(num_envs)]
+        env0 = self.envs[0]
+        self.agents = list(env0.possible_agents)
+        self.num_envs, self.num_rows = num_envs, num_envs * len(self.agents)
+        self.observation_space = env0.observation_space(self.agents[0])
+        self.action_space = env0.action_space(self.agents[0])
+        self.row_agent = [a for _ in range(num_envs) for a in self.agents]
+        self.row_team = [getattr(env0, "team_of", lambda _: "")(a) for a in self.row_agent]
+        self._seed = seed
+        leaves = space_leaves(self.observation_space)
+        self._obs = {k: np.zeros((self.num_rows,) + shape, dtype) for k, (dtype, shape) in leaves.items()}
+        self._returns = np.zeros(self.num_rows, np.float64)
+        self._lengths = np.zeros(num_envs, np.int64)
+
+    def _write(self, e: int, obs: dict, out: dict) -> None:
+        A = len(self.agents)
+        for a, agent in enumerate(self.agents):
+            for k, v in flatten_obs(obs[agent]).items():
+                out[k][e * A + a] = v
+
+    def reset(self) -> dict:
+        """Reset every environment; returns name -> ``[rows, ...]`` observations."""
+        for e, env in enumerate(self.envs):
+            obs, _ = env.reset(seed=self._seed + e)
+            self._write(e, obs, self._obs)
+        self._returns[:] = 0
+        self._lengths[:] = 0
+        return {k: v.copy() for k, v in self._obs.items()}
+
+    def step(self, action: np.ndarray) -> StepResult:
+        """Step every environment with ``action`` (``[rows, ...]``); auto-resets ended ones."""
+        A = len(self.agents)
+        reward = np.zeros(self.num_rows, np.float32)
+        terminated = np.zeros(self.num_rows, bool)
+        truncated = np.zeros(self.num_rows, bool)
+        final = None
+        episodes = []
+        for e, env in enumerate(self.envs):
+            acts = {agent: action[e * A + a] for a, agent in enumerate(self.agents)}
+            obs, rew, term, trunc, infos = env.step(acts)
+            for a, agent in enumerate(self.agents):
+                reward[e * A + a] = rew[agent]
+                terminated[e * A + a] = term[agent]
+                truncated[e * A + a] = trunc[agent] and not term[agent]
+            self._returns[e * A:(e + 1) * A] += reward[e * A:(e + 1) * A]
+            self._lengths[e] += 1
+            if any(term.values()) or any(trunc.values()):
+                if final is None:
+                    final = {k: np.zeros_like(v) for k, v in self._obs.items()}
+                self._write(e, obs, final)
+                for a, agent in enumerate(self.agents):
+                    row = e * A + a
+                    stats = infos.get(agent, {}).get("episode_stats", {})
+                    episodes.append({"return": float(self._returns[row]), "length": int(self._lengths[e]),
+                                     "team": self.row_team[row],
+                                     **{k: float(v) for k, v in stats.items()}})
+                # Every agent's episode ends together (the game has no per-agent end).
+                terminated[e * A:(e + 1) * A] = any(term.values())
+                truncated[e * A:(e + 1) * A] = not any(term.values())
+                self._returns[e * A:(e + 1) * A] = 0
+                self._lengths[e] = 0
+                obs, _ = env.reset()
+            self._write(e, obs, self._obs)
+        if final is None:
+            final = {k: np.zeros_like(v) for k, v in self._obs.items()}
+        return StepResult({k: v.copy() for k, v in self._obs.items()}, reward, terminated,
+                          truncated, final, episodes)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
