@@ -7,7 +7,8 @@ Usage (pin to one core)::
 
 Counts env steps (one step = all agents act once) including resets; ``--physics``
 also times bare ``mj_step`` on the same scenes for reference. Prints the best of
-``--repeats`` runs, since other processes on a shared machine only slow things down.
+``--repeats`` runs of the same seeded workload, since other processes on a shared
+machine only slow things down.
 """
 
 from __future__ import annotations
@@ -30,25 +31,34 @@ def env_steps_per_second(variant: str, steps: int, seed: int = 0) -> float:
     acts = rng.integers(0, nvec, size=(steps, len(env.possible_agents), len(nvec)))
     t0 = time.perf_counter()
     for k in range(steps):
-        _, _, _, trunc, _ = env.step({a: acts[k, i] for i, a in enumerate(env.agents)})
+        env.step({a: acts[k, i] for i, a in enumerate(env.agents)})
         if not env.agents:
             env.reset()
     return steps / (time.perf_counter() - t0)
 
 
 def physics_steps_per_second(variant: str, steps: int, seed: int = 0) -> float:
-    """Bare ``mj_step`` x n_substeps per second on the variant's scenes, random controls."""
+    """Bare ``mj_step`` x n_substeps per second, random controls, on the same sequence
+    of scenes as ``env_steps_per_second`` (a new layout every ``horizon`` steps; only
+    the physics is timed)."""
     env = make_env(variant)
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)
-    m, d = env.model, env.data
-    ctrl = rng.uniform(-0.9, 0.9, size=(steps, m.nu))
-    n_sub = env.config.n_substeps
-    t0 = time.perf_counter()
-    for k in range(steps):
-        d.ctrl[:] = ctrl[k]
-        mujoco.mj_step(m, d, nstep=n_sub)
-    return steps / (time.perf_counter() - t0)
+    n_sub, horizon = env.config.n_substeps, env.config.horizon
+    elapsed = 0.0
+    done = 0
+    while done < steps:
+        m, d = env.model, env.data
+        n = min(horizon, steps - done)
+        ctrl = rng.uniform(-0.9, 0.9, size=(n, m.nu))
+        t0 = time.perf_counter()
+        for k in range(n):
+            d.ctrl[:] = ctrl[k]
+            mujoco.mj_step(m, d, nstep=n_sub)
+        elapsed += time.perf_counter() - t0
+        done += n
+        env.reset()
+    return steps / elapsed
 
 
 def main() -> None:
@@ -58,10 +68,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--physics", action="store_true", help="also time bare physics")
     args = p.parse_args()
-    env_rate = max(env_steps_per_second(args.variant, args.steps, seed=r) for r in range(args.repeats))
+    env_rate = max(env_steps_per_second(args.variant, args.steps) for _ in range(args.repeats))
     print(f"{args.variant}: {env_rate:,.0f} env steps/s (random actions, resets included)")
     if args.physics:
-        phys = max(physics_steps_per_second(args.variant, args.steps, seed=r) for r in range(args.repeats))
+        phys = max(physics_steps_per_second(args.variant, args.steps) for _ in range(args.repeats))
         print(f"{args.variant}: {phys:,.0f} physics-only steps/s (15 substeps each)")
 
 

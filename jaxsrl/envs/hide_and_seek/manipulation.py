@@ -61,7 +61,8 @@ class Manipulation:
         """Surface-to-surface distance (m), capped just above the reach."""
         idx = self._idx
         cap = self._reach + 0.01
-        return mujoco.mj_geomDistance(self._m, self._d, int(idx.geom[agent]), int(idx.geom[idx.n_agents + obj]), cap, None)
+        g_agent, g_obj = int(idx.geom[agent]), int(idx.geom[idx.n_agents + obj])
+        return mujoco.mj_geomDistance(self._m, self._d, g_agent, g_obj, cap, None)
 
     def _nearest(self, agent: int, candidates: np.ndarray) -> int:
         best, best_gap = -1, np.inf

@@ -44,7 +44,9 @@ class EpisodeStats:
         part = lock_team[lo:hi]
         return float(np.sum(part == HIDER)), float(np.sum(part == SEEKER))
 
-    def record(self, qpos, lock_team, held, team, any_hider_seen: bool, in_prep: bool, hider_team_reward: float, n_out: int):
+    def record(
+        self, qpos, lock_team, held, team, any_hider_seen: bool, in_prep: bool, hider_team_reward: float, n_out: int
+    ) -> None:
         """Called after every env step (``in_prep``: the step belonged to the preparation phase)."""
         self._steps += 1
         if not in_prep:

@@ -4,7 +4,9 @@ Line of sight is one ray from the observer's centre to the target's centre (agen
 centre, box centre, ramp centroid). Everything solid but the floor occludes: walls,
 boxes, ramps and other agents (one hider can shield another). A target is visible
 when it is inside the cone (measured in the x-y plane) and the first thing the ray
-meets is the target itself or lies beyond the target's centre. Lidar: ``n_lidar`` horizontal rays from the agent's centre, evenly spaced
+meets is the target itself or lies beyond the target's centre.
+
+Lidar: ``n_lidar`` horizontal rays from the agent's centre, evenly spaced
 and starting at its heading, hitting walls, boxes, ramps and other agents; ranges
 in metres, ``lidar_range`` where nothing is hit. All rays of an observer go
 through one ``mujoco.mj_multiRay`` call.

@@ -1,0 +1,142 @@
+"""Hide-and-seek env: API conformance, spaces, determinism, episode end, layouts, rendering."""
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from pettingzoo.test import parallel_api_test
+
+from jaxsrl.envs.hide_and_seek import HideAndSeekConfig, HideAndSeekEnv, generate_layout, make_config, make_env
+from jaxsrl.envs.hide_and_seek.layout import free_grid, is_connected
+
+
+# The full game samples 1-3 agents per team, so some possible_agents sit out an episode.
+@pytest.mark.filterwarnings("ignore:No agents present but not all possible_agents")
+@pytest.mark.parametrize("variant,horizon", [("quadrant", 20), ("full", 10)])
+def test_pettingzoo_parallel_api(variant, horizon):
+    parallel_api_test(make_env(variant, horizon=horizon), num_cycles=2 * horizon)
+
+
+@pytest.mark.parametrize("variant", ["quadrant", "full"])
+def test_spaces_shared_and_observations_inside(variant):
+    env = make_env(variant, horizon=3)
+    obs, infos = env.reset(seed=1)
+    space = env.observation_space(env.possible_agents[0])
+    assert isinstance(space, spaces.Dict)
+    for agent in env.possible_agents:
+        assert env.observation_space(agent) == space
+        assert env.action_space(agent) == spaces.MultiDiscrete([11, 11, 11, 2, 2])
+    for _ in range(3):
+        for agent, o in obs.items():
+            assert space.contains(o), agent
+            assert all(v.dtype == np.float32 for v in o.values())
+        obs, *_ = env.step({a: env.action_space(a).sample() for a in env.agents})
+    cfg = env.config
+    assert space["agents"].shape == (cfg.max_agents - 1, 13)
+    assert space["boxes"].shape == (cfg.max_boxes, 18)
+    assert space["lidar"].shape == (30,)
+
+
+def test_team_flags():
+    env = make_env("quadrant")
+    obs, _ = env.reset(seed=0)
+    assert env.team_of("hider_1") == "hider" and env.team_of("seeker_0") == "seeker"
+    assert obs["hider_0"]["self"][9:11].tolist() == [1.0, 0.0]
+    assert obs["seeker_1"]["self"][9:11].tolist() == [0.0, 1.0]
+
+
+def _rollout(seed, n_steps, variant="quadrant"):
+    env = make_env(variant, horizon=8)
+    rng = np.random.default_rng(123)
+    obs, _ = env.reset(seed=seed)
+    trace = []
+    for _ in range(n_steps):
+        acts = {a: rng.integers(0, [11, 11, 11, 2, 2]) for a in env.possible_agents}
+        obs, rew, _, trunc, _ = env.step({a: acts[a] for a in env.agents})
+        trace.append((obs, rew))
+        if not env.agents:
+            obs, _ = env.reset()
+    return trace
+
+
+def test_same_seed_same_trajectory():
+    a, b = _rollout(7, 20), _rollout(7, 20)  # crosses two resets
+    for (oa, ra), (ob, rb) in zip(a, b):
+        assert ra == rb
+        for agent in oa:
+            for k in oa[agent]:
+                np.testing.assert_array_equal(oa[agent][k], ob[agent][k])
+    c = _rollout(8, 1)
+    assert any(not np.array_equal(c[0][0][ag]["self"], a[0][0][ag]["self"]) for ag in c[0][0])
+
+
+def test_truncation_and_episode_stats():
+    env = make_env("quadrant", horizon=5)
+    env.reset(seed=0)
+    for t in range(5):
+        _, rew, term, trunc, info = env.step({})
+        assert not any(term.values())
+        assert all(trunc.values()) == (t == 4)
+    assert env.agents == []
+    stats = info["hider_0"]["episode_stats"]
+    assert stats["episode_length"] == 5.0
+    for key in ("box_move_prep_mean", "ramp_move_end_max", "boxes_locked_hiders_end", "hider_seen_fraction"):
+        assert isinstance(stats[key], float)
+    with pytest.raises(RuntimeError):
+        env.step({})
+
+
+def test_config_errors_name_the_culprit():
+    with pytest.raises(ValueError, match="bogus"):
+        make_env("bogus")
+    with pytest.raises(ValueError, match="n_hidders"):
+        make_env("quadrant", n_hidders=(1, 1))
+    assert make_config("full").horizon == 240
+    assert HideAndSeekConfig().prep_steps == 32
+    assert isinstance(HideAndSeekEnv(), HideAndSeekEnv)
+
+
+@pytest.mark.parametrize("variant", ["quadrant", "full"])
+def test_layouts_valid_and_reachable(variant):
+    cfg = make_config(variant)
+    for seed in range(8):
+        lay = generate_layout(cfg, np.random.default_rng(seed))
+        free, _ = free_grid(cfg, lay.walls, cfg.agent_radius)
+        assert is_connected(free)
+        pts = np.concatenate([lay.hiders, lay.seekers, lay.boxes, lay.ramps])[:, :2]
+        assert np.all(np.abs(pts) < cfg.floor_size / 2)
+        gaps = np.linalg.norm(pts[:, None] - pts[None], axis=-1) + 10 * np.eye(len(pts))
+        assert gaps.min() > 2 * cfg.agent_radius
+        assert cfg.n_hiders[0] <= len(lay.hiders) <= cfg.n_hiders[1]
+        assert cfg.n_boxes[0] <= len(lay.boxes) <= cfg.n_boxes[1]
+    again = generate_layout(cfg, np.random.default_rng(3))
+    np.testing.assert_array_equal(again.walls, generate_layout(cfg, np.random.default_rng(3)).walls)
+
+
+@pytest.mark.parametrize("variant", ["quadrant", "full"])
+def test_render_rgb_array(variant):
+    env = make_env(variant, render_mode="rgb_array", horizon=4)
+    env.reset(seed=2)
+    env.step({a: env.action_space(a).sample() for a in env.agents})
+    img = env.render()
+    assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
+    assert img.std() > 10
+    assert make_env(variant).render() is None
+
+
+def test_actor_vector_env_steps_it():
+    """The actor's multi-agent group (``jaxsrl.envs.make_actor_env``) steps the game and
+    reports the episode statistics; the full game with pinned team sizes too."""
+    from jaxsrl.envs import make_actor_env
+
+    for name, kwargs in [
+        ("hide_and_seek", {"horizon": 4}),
+        ("hide_and_seek_full", {"horizon": 3, "n_hiders": (3, 3), "n_seekers": (3, 3)}),
+    ]:
+        venv = make_actor_env(name, 2, 0, kwargs)
+        venv.reset()
+        episodes = []
+        for _ in range(kwargs["horizon"]):
+            actions = np.stack([venv.action_space.sample() for _ in range(venv.num_rows)])
+            episodes += venv.step(actions).episodes
+        assert len(episodes) == venv.num_rows
+        assert "hider_seen_fraction" in episodes[0]
