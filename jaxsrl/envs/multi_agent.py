@@ -1,8 +1,9 @@
 """A group of PettingZoo-style parallel environments as the actor worker steps them.
 
 Rows are environment-major: row ``e * A + a`` is agent ``a`` of environment ``e``
-(``A`` agents per environment, all present for the whole episode, each with the same
-observation and action space so one policy can serve any of them). The environment
+(``A = len(possible_agents)`` rows per environment, each agent with the same
+observation and action space so one policy can serve any of them). An agent absent
+from an episode (variable team sizes) has an idle row: zero observations and reward. The environment
 module must expose ``make_env(**kwargs)`` returning a ``pettingzoo.ParallelEnv`` with
 ``team_of(agent) -> str``; episode statistics found in ``info["episode_stats"]`` at the
 end of an episode are reported with each agent's episode. Imports no JAX.
@@ -49,10 +50,15 @@ class MultiAgentVectorEnv:
         self._lengths = np.zeros(num_envs, np.int64)
 
     def _write(self, e: int, obs: dict, out: dict) -> None:
+        """Write env ``e``'s observations; rows of agents absent this episode get zeros."""
         A = len(self.agents)
         for a, agent in enumerate(self.agents):
-            for k, v in flatten_obs(obs[agent]).items():
-                out[k][e * A + a] = v
+            if agent in obs:
+                for k, v in flatten_obs(obs[agent]).items():
+                    out[k][e * A + a] = v
+            else:
+                for v in out.values():
+                    v[e * A + a] = 0
 
     def reset(self) -> dict:
         """Reset every environment; returns name -> ``[rows, ...]`` observations."""
@@ -72,12 +78,14 @@ class MultiAgentVectorEnv:
         final = None
         episodes = []
         for e, env in enumerate(self.envs):
-            acts = {agent: action[e * A + a] for a, agent in enumerate(self.agents)}
+            present = set(env.agents)  # variable team sizes: absent agents' rows idle
+            acts = {agent: action[e * A + a] for a, agent in enumerate(self.agents) if agent in present}
             obs, rew, term, trunc, infos = env.step(acts)
             for a, agent in enumerate(self.agents):
-                reward[e * A + a] = rew[agent]
-                terminated[e * A + a] = term[agent]
-                truncated[e * A + a] = trunc[agent] and not term[agent]
+                if agent in present:
+                    reward[e * A + a] = rew[agent]
+                    terminated[e * A + a] = term[agent]
+                    truncated[e * A + a] = trunc[agent] and not term[agent]
             self._returns[e * A:(e + 1) * A] += reward[e * A:(e + 1) * A]
             self._lengths[e] += 1
             if any(term.values()) or any(trunc.values()):
@@ -86,6 +94,8 @@ class MultiAgentVectorEnv:
                 self._write(e, obs, final)
                 for a, agent in enumerate(self.agents):
                     row = e * A + a
+                    if agent not in present:
+                        continue
                     stats = infos.get(agent, {}).get("episode_stats", {})
                     episodes.append({"return": float(self._returns[row]), "length": int(self._lengths[e]),
                                      "team": self.row_team[row],
