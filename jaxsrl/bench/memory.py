@@ -3,8 +3,11 @@
 Uses ``psutil`` when installed, else Linux ``/proc``. A process's kind comes from its
 command line: ``actor`` for ``jaxsrl.workers.actor`` processes, ``raw_env`` for the
 benchmark's environment processes, otherwise the name given for the root process
-(e.g. ``accelerator``). Peak RSS is the largest value seen by sampling (every
-``interval_s``), so very short spikes can be missed.
+(e.g. ``accelerator``). On Linux the peak is the kernel's own high-water mark
+(``VmHWM`` in ``/proc/<pid>/status``), read every ``interval_s``; the last reading of a
+process wins, so a reading taken while a freshly forked child still shared its
+parent's memory (before ``exec``) is replaced by the real one. Elsewhere the peak is
+the largest RSS seen by sampling.
 """
 
 from __future__ import annotations
@@ -30,6 +33,18 @@ def kind_of(cmdline: list[str], root_kind: str) -> str:
     if "jaxsrl.bench.transport" in text:
         return "echo_server"
     return root_kind
+
+
+def _hwm_bytes(pid: int) -> int | None:
+    """Peak RSS of ``pid``'s current memory image (Linux ``VmHWM``), or ``None``."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _proc_tree(pid: int) -> list[tuple[int, list[str], int]]:
@@ -80,9 +95,14 @@ class MemorySampler:
 
     def sample(self) -> None:
         for pid, cmd, rss in _proc_tree(self.pid):
-            kind = self.root_kind if pid == self.pid else kind_of(cmd, "other")
-            _, best = self._peak_by_pid.get(pid, (kind, 0))
-            self._peak_by_pid[pid] = (kind, max(best, rss))
+            name = os.path.basename(cmd[0]) if cmd else "?"
+            kind = self.root_kind if pid == self.pid else kind_of(cmd, f"other ({name})")
+            hwm = _hwm_bytes(pid)
+            if hwm is not None:  # the kernel's peak of this image: the last reading wins
+                self._peak_by_pid[pid] = (kind, hwm)
+                continue
+            prev_kind, best = self._peak_by_pid.get(pid, (kind, 0))
+            self._peak_by_pid[pid] = (kind, max(best, rss) if prev_kind == kind else rss)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -33,6 +33,19 @@ def random_actions(space, rows: int, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(low, high, size=(rows,) + shape).astype(dtype)
 
 
+def peak_rss_mib() -> float:
+    """This process's peak RSS: ``VmHWM`` (reset by exec, unlike ``ru_maxrss``, which
+    still counts the forked parent's pages)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
 def child_main(spec: dict) -> int:
     """Build the ring, handshake, step for ``duration_s``, print one JSON line."""
     from jaxsrl.envs import make_actor_env  # noqa: PLC0415
@@ -62,20 +75,21 @@ def child_main(spec: dict) -> int:
     seconds = time.perf_counter() - t_start
     for env in groups:
         env.close()
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     print(json.dumps({"frames": frames, "group_steps": steps, "seconds": seconds,
-                      "env_s": env_s, "peak_rss_mib": round(rss, 1)}), flush=True)
+                      "env_s": env_s, "peak_rss_mib": round(peak_rss_mib(), 1)}), flush=True)
     return 0
 
 
-def measure(env: str, env_kwargs: dict | None, processes: int, envs_per_group: int,
-            ring_size: int, duration_s: float, seed: int = 0) -> dict:
-    """Run ``processes`` raw-environment children for ``duration_s``; aggregate result."""
+def measure(env: str, env_kwargs: dict | None, layout: list[int], ring_size: int,
+            duration_s: float, seed: int = 0) -> dict:
+    """One raw-environment child per entry of ``layout`` (its envs per group), stepping
+    together for ``duration_s``; aggregate result."""
     from jaxsrl.bench import procs  # noqa: PLC0415
 
     children = []
+    processes = len(layout)
     try:
-        for i in range(processes):
+        for i, envs_per_group in enumerate(layout):
             spec = {"env": env, "env_kwargs": env_kwargs or {}, "envs_per_group": envs_per_group,
                     "ring_size": ring_size, "seed": seed + 10_000 * i, "duration_s": duration_s}
             children.append(procs.start_module("jaxsrl.bench.raw_env", spec))
@@ -93,7 +107,7 @@ def measure(env: str, env_kwargs: dict | None, processes: int, envs_per_group: i
     per_process = [r["frames"] / r["seconds"] for r in results]
     return {
         "processes": processes,
-        "envs_per_process": envs_per_group * ring_size,
+        "envs_per_process": sorted({n * ring_size for n in layout}),
         "env_steps_per_s": frames / seconds,
         "env_steps_per_s_per_process": sum(per_process) / len(per_process),
         "env_time_fraction": sum(r["env_s"] for r in results) / sum(r["seconds"] for r in results),

@@ -1,0 +1,152 @@
+"""Command line of ``scripts/bench.py``: bench flags here, every other flag to the run config.
+
+Exit codes: 0 the report was written (rungs that failed are marked in it), 2 a bad
+flag or config (e.g. an unknown ``--env``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import shlex
+import sys
+import time
+
+from jaxsrl.bench import machine, report
+from jaxsrl.bench.procs import REPO_ROOT
+from jaxsrl.bench.rungs import RUNGS, Options, actor_layout
+
+DOCS = os.path.join(REPO_ROOT, "docs")
+
+
+def _counts(text: str) -> tuple:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bench.py", description="The jaxsrl benchmark ladder (docs/benchmarks.md).",
+        allow_abbrev=False,
+        epilog="Every other flag is a train.py flag (--env, --num_actors, --envs_per_actor, "
+               "--ppo.hidden_sizes, ...) and sets the run config being measured.")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny durations (about 1-2 s per rung) and no extra actor counts")
+    p.add_argument("--out_json", default=os.path.join(DOCS, "benchmarks.json"),
+                   help="JSON report path ('' to skip)")
+    p.add_argument("--out_md", default=os.path.join(DOCS, "benchmarks.md"),
+                   help="Markdown report path ('' to skip)")
+    p.add_argument("--max_scaling_actors", type=int, default=None,
+                   help="rung 6 runs 1, 2, 4, ... up to this many actor processes "
+                        "(default: 2 x cores; with --quick: the layout's count)")
+    p.add_argument("--inference_actors", type=_counts, default=None,
+                   help="comma-separated extra actor counts for rung 3 (default: 4; "
+                        "with --quick: none); the layout's count always runs")
+    p.add_argument("--rungs", default=",".join(RUNGS),
+                   help=f"comma-separated rungs to run, of {','.join(RUNGS)}")
+    p.add_argument("--rung_s", type=float, default=None, help="measured seconds of rungs 1-4")
+    p.add_argument("--e2e_s", type=float, default=None, help="measured seconds of rung 5")
+    p.add_argument("--from_json", default="",
+                   help="measure nothing: re-render --out_md (and the console table) from "
+                        "this JSON report, e.g. after editing jaxsrl/bench/report.py")
+    p.add_argument("--workdir", default="",
+                   help="keep the end-to-end runs' logdirs here (default: a temporary folder)")
+    return p
+
+
+def options(args, cfg, cores: int) -> Options:
+    n = len(actor_layout(cfg))
+    if args.quick:
+        opts = Options(rung_s=1.0, warmup_s=0.3, e2e_measure_s=1.5, scaling_measure_s=1.0,
+                       e2e_interval_s=0.5, e2e_warmup_intervals=1, inference_actors=(),
+                       scaling_counts=())
+        max_scaling = n
+    else:
+        opts = Options()
+        max_scaling = 2 * cores
+    if args.max_scaling_actors is not None:
+        max_scaling = args.max_scaling_actors
+    counts, c = [], 1
+    while c <= max_scaling:
+        counts.append(c)
+        c *= 2
+    opts.scaling_counts = tuple(counts)
+    if args.inference_actors is not None:
+        opts.inference_actors = args.inference_actors
+    if args.rung_s is not None:
+        opts.rung_s = args.rung_s
+    if args.e2e_s is not None:
+        opts.e2e_measure_s = args.e2e_s
+    opts.rungs = tuple(r for r in args.rungs.split(",") if r)
+    unknown = set(opts.rungs) - set(RUNGS)
+    if unknown:
+        raise ValueError(f"unknown rungs {sorted(unknown)}; valid: {','.join(RUNGS)}")
+    opts.workdir = args.workdir
+    return opts
+
+
+def rerender(json_path: str, md_path: str) -> int:
+    """Recompute the derived parts of a JSON report and rewrite its Markdown."""
+    import json  # noqa: PLC0415
+
+    with open(json_path) as f:
+        result = json.load(f)
+    for key in ("table", "bottleneck", "targets", "memory", "scaling"):
+        result.pop(key, None)
+    report.finalize(result)
+    report.write(result, json_path if os.path.abspath(json_path) != os.devnull else None,
+                 md_path or None)
+    print(report.render_console(result))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    args, rest = parser().parse_known_args(argv)
+    if args.from_json:
+        return rerender(args.from_json, args.out_md)
+    t0 = time.monotonic()
+    from jaxsrl.config import load_config, to_dict  # noqa: PLC0415
+
+    try:
+        cfg = load_config(rest)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        opts = options(args, cfg, cores)
+    except ValueError as exc:
+        print(f"bench.py: error: {exc}", file=sys.stderr)
+        return 2
+    command = "python scripts/bench.py " + shlex.join(argv) if argv else "python scripts/bench.py"
+    result = {"quick": args.quick, "machine": machine.describe(command.strip())}
+    layout = actor_layout(cfg)
+    result["layout"] = {"env": cfg.env, "agent": cfg.agent, "num_actors": len(layout),
+                        "envs_per_actor": cfg.envs_per_actor, "ring_size": cfg.ring_size,
+                        "segment_length": cfg.segment_length,
+                        "batch_segments": cfg.batch_segments}
+    result["options"] = dataclasses.asdict(opts)
+    result["config"] = to_dict(cfg)
+    print(f"[bench] {cfg.env}: {len(layout)} actors x {cfg.envs_per_actor} envs on "
+          f"{result['machine']['cores']} cores, {result['machine']['devices']}; load average "
+          f"{result['machine']['load_average_start']}", flush=True)
+
+    from jaxsrl.bench.rungs import run_ladder  # noqa: PLC0415
+
+    result["rungs"] = run_ladder(cfg, rest, opts, log=lambda s: print(s, flush=True))
+    result["machine"]["load_average_end"] = machine.load_average()
+    result["wall_s"] = time.monotonic() - t0
+    load = result["machine"]["load_average_start"]
+    result["notes"] = []
+    if load and load[0] > 0.5 * result["machine"]["cores"]:
+        result["notes"].append(
+            f"The 1-minute load average was {load[0]} at the start and "
+            f"{result['machine']['load_average_end'][0]} at the end on {result['machine']['cores']} "
+            "cores: other work shared the CPU, so rates are lower and latencies higher than "
+            "on an idle machine.")
+    report.finalize(result)
+    report.write(result, args.out_json or None, args.out_md or None)
+    print(report.render_console(result), flush=True)
+    for path in (args.out_json, args.out_md):
+        if path:
+            print(f"[bench] wrote {path}", flush=True)
+    return 0

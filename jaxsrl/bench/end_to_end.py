@@ -1,0 +1,180 @@
+"""Rungs 5 and 6, end to end: training env steps/s through ``jaxsrl.launcher.train``.
+
+Each run is its own accelerator process (``python -m jaxsrl.bench.end_to_end
+'<json>'``) that resolves the config with ``jaxsrl.config.load_config`` from the same
+flags as ``train.py``, applies the benchmark's overrides (log interval, logdir, no
+step limit, and for the scaling rung ``num_actors``) and calls ``train``. The parent
+follows ``LOGDIR/metrics.jsonl``: it skips the records up to the first one with
+frames, plus ``warmup_intervals`` more, measures frames/s between that record and the
+last one once ``measure_s`` seconds of records have arrived, then stops the run with
+SIGTERM (which ``train`` turns into a clean shutdown). Meanwhile it samples the peak
+resident memory of the accelerator process and of its actor processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+#: what every benchmark run overrides (and why): no early stop, so the parent decides
+#: when to stop; no periodic checkpoint inside the measured window.
+BASE_OVERRIDES = {"target_return": None, "checkpoint_interval_s": 1e9, "resume": False}
+#: the step limit is raised to this many learner updates' worth of frames: far beyond
+#: any benchmark window, yet small enough that ``num_updates`` (the horizon of
+#: learning-rate schedules, counted in int32 optimiser steps) does not overflow.
+UPDATES_HORIZON = 2**18
+
+
+def child_main(payload: dict) -> int:
+    """Resolve the config, apply the overrides and train until SIGTERM."""
+    try:  # die with the benchmark process (Linux), like the actors die with train
+        import ctypes  # noqa: PLC0415
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
+                        datefmt="%H:%M:%S")
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    from jaxsrl.config import load_config  # noqa: PLC0415
+
+    cfg = dataclasses.replace(load_config(payload["argv"]), **payload["overrides"])
+    horizon = cfg.batch_segments * cfg.segment_length * UPDATES_HORIZON
+    cfg = dataclasses.replace(cfg, total_env_steps=max(cfg.total_env_steps, horizon))
+    cfg.validate()
+    from jaxsrl.launcher import train  # noqa: PLC0415
+
+    try:
+        train(cfg)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def read_records(logdir: str) -> list[dict]:
+    path = os.path.join(logdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # a line being written
+                break
+    return out
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def summarize(records: list[dict], warmup_intervals: int) -> dict:
+    """Frames/s and friends over the records after warm-up (see module docstring)."""
+    first = next((i for i, r in enumerate(records) if r.get("env_steps", 0) > 0), None)
+    if first is None:
+        raise RuntimeError("the run produced no env steps")
+    start = min(first + warmup_intervals, len(records) - 2)
+    if start < first:
+        raise RuntimeError(f"only {len(records) - first} record(s) with env steps; need 2")
+    s, e = records[start], records[-1]
+    window = records[start + 1:]
+    dt = e["wall_time_s"] - s["wall_time_s"]
+
+    def wait_fraction(r):
+        env_s, wait_s = r.get("actor/env_s"), r.get("actor/wait_s")
+        return wait_s / (env_s + wait_s) if env_s is not None and wait_s and env_s + wait_s > 0 else None
+
+    fps = [r["fps"] for r in window]
+    return {
+        "env_steps_per_s": (e["env_steps"] - s["env_steps"]) / dt,
+        "interval_fps_min": min(fps),
+        "interval_fps_max": max(fps),
+        "updates_per_s": (e.get("policy_version", 0) - s.get("policy_version", 0)) / dt,
+        "batch_rows_mean": _mean([r.get("inference/batch_rows") for r in window]),
+        "staleness_mean": _mean([r.get("staleness_mean") for r in window]),
+        "actor_wait_fraction": _mean([wait_fraction(r) for r in window]),
+        "episode_return_mean_last": e.get("episode_return_mean"),
+        "first_frames_at_s": records[first]["wall_time_s"],
+        "measured_from_s": s["wall_time_s"],
+        "seconds": dt,
+        "intervals": len(window),
+    }
+
+
+def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, measure_s: float,
+        timeout_s: float = 180.0, sample_memory: bool = True) -> dict:
+    """One training run in a child process, measured and stopped (see module docstring)."""
+    from jaxsrl.bench import procs  # noqa: PLC0415
+    from jaxsrl.bench.memory import MemorySampler  # noqa: PLC0415
+
+    os.makedirs(logdir, exist_ok=True)
+    overrides = {**BASE_OVERRIDES, **overrides, "logdir": logdir}
+    log_path = os.path.join(logdir, "train.log")
+    with open(log_path, "w") as log_file:
+        child = procs.start_module("jaxsrl.bench.end_to_end",
+                                   {"argv": list(argv), "overrides": overrides},
+                                   pipes=False, stdout=log_file, stderr=subprocess.STDOUT)
+    sampler = MemorySampler(child.pid, root_kind="accelerator") if sample_memory else None
+    t0 = time.monotonic()
+    stopped_early = None
+    try:
+        if sampler:
+            sampler.__enter__()
+        while True:
+            time.sleep(0.2)
+            if child.poll() is not None:
+                stopped_early = f"the training process exited with code {child.returncode}"
+                break
+            records = read_records(logdir)
+            first = next((i for i, r in enumerate(records) if r.get("env_steps", 0) > 0), None)
+            if first is not None and len(records) > first + warmup_intervals:
+                start = records[first + warmup_intervals]["wall_time_s"]
+                if records[-1]["wall_time_s"] - start >= measure_s:
+                    break
+            if time.monotonic() - t0 > timeout_s:
+                stopped_early = f"timed out after {timeout_s:.0f} s"
+                break
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        if sampler:
+            sampler.__exit__(None, None, None)
+    records = read_records(logdir)
+    try:
+        out = summarize(records, warmup_intervals)
+    except RuntimeError as exc:
+        with open(log_path) as f:
+            tail = "".join(f.readlines()[-15:])
+        raise RuntimeError(f"{exc} ({stopped_early or 'stopped'}); last log lines:\n{tail}") from None
+    if stopped_early:
+        out["note"] = stopped_early
+    resolved = {}
+    try:
+        with open(os.path.join(logdir, "config.json")) as f:
+            resolved = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        pass
+    flow = resolved.get("dataflow") or {}
+    out["num_actors"] = (sum(int(a.get("count", 0)) for a in flow.get("actors", []))
+                         if flow else resolved.get("num_actors", overrides.get("num_actors")))
+    out["resolved_config"] = resolved
+    out["wall_s"] = time.monotonic() - t0
+    if sampler:
+        out["memory"] = sampler.peaks()
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(json.loads(sys.argv[1])))

@@ -1,0 +1,154 @@
+"""Rung 3, inference: real actor processes + a real policy worker, frozen parameters.
+
+The actors are ``python -m jaxsrl.workers.actor`` processes started exactly like the
+launcher starts them (:class:`jaxsrl.launcher.ActorProcess`); the server is a
+:class:`jaxsrl.workers.policy.PolicyWorker` thread serving parameters that never
+change. There is no learner: a PULL socket counts the segments' ``env_steps`` and
+throws the segments away. Reported: env steps/s, the server's batch sizes (its
+``inference/batch_rows`` metric), batches/s, its latency p50/p99 (``latency_s``:
+from a request's arrival being noticed to the last reply sent) and the share of
+actor time spent waiting for actions.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import zmq
+
+from jaxsrl import wire
+
+
+class SegmentSink:
+    """A PULL socket in a thread that counts segments and env steps, then drops them."""
+
+    def __init__(self, host: str):
+        self.sock = zmq.Context.instance().socket(zmq.PULL)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        port = self.sock.bind_to_random_port(f"tcp://{host}")
+        self.address = f"tcp://{host}:{port}"
+        self.env_steps = 0
+        self.segments_by_actor: dict[int, int] = {}
+        self.timing = {"env_s": 0.0, "wait_s": 0.0}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="segment-sink", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            if not self.sock.poll(100):
+                continue
+            msg = wire.decode(self.sock.recv_multipart(copy=False))
+            meta = msg.meta
+            self.env_steps += int(meta.get("env_steps", 0))
+            actor = int(meta.get("actor", -1))
+            self.segments_by_actor[actor] = self.segments_by_actor.get(actor, 0) + 1
+            for k in self.timing:
+                self.timing[k] += float(meta.get("timing", {}).get(k, 0.0))
+        self.sock.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def actor_spec(cfg, actor_id: int, inference_address: str, sample_address: str,
+               carry_spec: list) -> dict:
+    """The JSON spec of one actor process, as ``jaxsrl.launcher.train`` builds it, with
+    one stream (every row served by one policy)."""
+    return {"actor_id": actor_id, "env": cfg.env, "env_kwargs": cfg.env_kwargs or {},
+            "envs_per_group": cfg.envs_per_actor // cfg.ring_size, "ring_size": cfg.ring_size,
+            "segment_length": cfg.segment_length, "seed": cfg.seed,
+            "streams": [{"policy": "bench", "team": None, "inference_address": inference_address,
+                         "sample_address": sample_address}],
+            "carry_spec": carry_spec, "timeout_s": cfg.actor_timeout_s,
+            "parent_pid": os.getpid()}
+
+
+def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None,
+            sampler_factory=None, start_timeout_s: float = 120.0) -> dict:
+    """Serve ``num_actors`` actor processes for ``duration_s`` after warm-up."""
+    import jax  # noqa: PLC0415
+
+    from jaxsrl import devices  # noqa: PLC0415
+    from jaxsrl.bench import agentfns  # noqa: PLC0415
+    from jaxsrl.launcher import ActorProcess  # noqa: PLC0415
+    from jaxsrl.metrics import MetricsAccumulator  # noqa: PLC0415
+    from jaxsrl.params import ParameterStore  # noqa: PLC0415
+    from jaxsrl.workers.policy import PolicyWorker  # noqa: PLC0415
+
+    b = built or agentfns.build(cfg)
+    act = devices.jit_act(b.fns.act, b.mesh)
+    store, metrics = ParameterStore(), MetricsAccumulator()
+    state = devices.put_replicated(b.fns.init(jax.random.PRNGKey(cfg.seed)), b.mesh)
+    store.publish("bench", 0, state.params)
+    worker = PolicyWorker("bench-policy", "bench", act, b.fns.initial_carry, b.observation_space,
+                          store, metrics,
+                          max_rows=num_actors * cfg.envs_per_actor * b.rows_per_env,
+                          num_devices=b.mesh.size, host=cfg.host,
+                          deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919)
+    thread = threading.Thread(target=worker.run, name="bench-policy", daemon=True)
+    sink = SegmentSink(cfg.host)
+    actors: list = []
+    sampler = sampler_factory() if sampler_factory else None
+    try:
+        thread.start()
+        worker.ready.wait()
+        if worker.error is not None:
+            raise RuntimeError(f"policy worker failed: {worker.error!r}")
+        t_compile = time.perf_counter()
+        for i in range(num_actors):
+            spec = actor_spec(cfg, i, worker.address, sink.address, agentfns.carry_spec(b.fns))
+            actors.append(ActorProcess(f"bench-actor[{i}]", spec))
+            actors[-1].start()
+        if sampler:
+            sampler.__enter__()
+        deadline = time.perf_counter() + start_timeout_s
+        while len(sink.segments_by_actor) < num_actors:  # every actor is producing
+            if worker.error is not None:
+                raise RuntimeError(f"policy worker died: {worker.error!r}")
+            dead = [a.name for a in actors if a.proc.poll() is not None]
+            if dead:
+                raise RuntimeError(f"actor processes exited: {dead}")
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"actors produced no segments in {start_timeout_s} s")
+            time.sleep(0.05)
+        startup_s = time.perf_counter() - t_compile
+        time.sleep(warmup_s)
+        metrics.snapshot(1.0)  # start a fresh interval
+        worker.latency_s.clear()
+        steps0, timing0, t0 = sink.env_steps, dict(sink.timing), time.perf_counter()
+        time.sleep(duration_s)
+        steps1, timing1, t1 = sink.env_steps, dict(sink.timing), time.perf_counter()
+        record = metrics.snapshot(t1 - t0)
+        latencies = np.asarray(list(worker.latency_s)) * 1e3
+    finally:
+        if sampler:
+            sampler.__exit__(None, None, None)
+        for a in actors:
+            a.stop()
+        worker.stop.set()
+        thread.join(30)
+        sink.close()
+    env_s = timing1["env_s"] - timing0["env_s"]
+    wait_s = timing1["wait_s"] - timing0["wait_s"]
+    out = {
+        "actors": num_actors,
+        "envs_per_actor": cfg.envs_per_actor,
+        "env_steps_per_s": (steps1 - steps0) / (t1 - t0),
+        "batch_rows_mean": record.get("inference/batch_rows"),
+        "requests_per_batch_mean": record.get("inference/requests"),
+        "batches_per_s": len(latencies) / (t1 - t0),
+        "latency_ms_p50": float(np.percentile(latencies, 50)) if len(latencies) else None,
+        "latency_ms_p99": float(np.percentile(latencies, 99)) if len(latencies) else None,
+        "actor_wait_fraction": wait_s / (env_s + wait_s) if env_s + wait_s > 0 else None,
+        "buckets": list(worker.buckets),
+        "startup_s": startup_s,
+        "seconds": t1 - t0,
+    }
+    if sampler:
+        out["memory"] = sampler.peaks()
+    return out

@@ -1,0 +1,90 @@
+"""Rung 4, learner only: samples/s of the jitted ``learn`` on synthetic batches.
+
+A batch has the configured shape (``batch_segments`` segments of ``segment_length``
+steps, the trainer's wire schema) filled with random observations and actions. It is
+placed on the devices once (``devices.put_batch``), ``learn`` is jitted with
+``devices.jit_learn`` and compiled ahead of time, then called back to back (waiting
+for each result, as the trainer does when it reads the metrics) for ``duration_s``.
+Samples are rows x steps, i.e. env frames for single-agent environments.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def synthetic_batch(observation_space, action_space, T: int, B: int, fns, seed: int = 0):
+    """A host ``Trajectory`` of ``B`` random segments of ``T`` steps."""
+    from jaxsrl.agent import Trajectory  # noqa: PLC0415
+    from jaxsrl.bench.raw_env import random_actions  # noqa: PLC0415
+    from jaxsrl.envs.spaces import space_leaves, unflatten_obs  # noqa: PLC0415
+    from jaxsrl.workers.carry import CarryCodec  # noqa: PLC0415
+    from jaxsrl.workers.trainer import segment_schema  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    carry = CarryCodec(fns.initial_carry)
+    schema = segment_schema(observation_space, action_space, T, carry)
+    host = {}
+    for name, spec in schema.items():
+        shape = (B,) + tuple(spec.shape[1:])
+        if np.issubdtype(np.dtype(spec.dtype), np.floating) and not name.startswith("carry/"):
+            host[name] = rng.standard_normal(shape).astype(spec.dtype)
+        else:
+            host[name] = np.zeros(shape, spec.dtype)
+    host["action"] = random_actions(action_space, B * T, rng).reshape(host["action"].shape)
+    host["terminated"] = rng.random((B, T)) < 0.02
+    host["logp"] = np.full((B, T), -0.7, np.float32)
+    obs_names = list(space_leaves(observation_space))
+    return Trajectory(
+        obs=unflatten_obs({k: host[k] for k in obs_names}),
+        action=host["action"], reward=host["reward"], terminated=host["terminated"],
+        truncated=host["truncated"],
+        final_obs=unflatten_obs({k: host["final_" + k] for k in obs_names}),
+        behaviour_logp=host["logp"], policy_version=host["version"],
+        carry=carry.to_tree(host))
+
+
+def measure(cfg, duration_s: float, built=None, min_calls: int = 3) -> dict:
+    """Time ``learn`` on one synthetic batch for ``duration_s`` (at least ``min_calls``)."""
+    import jax  # noqa: PLC0415
+
+    from jaxsrl import devices  # noqa: PLC0415
+    from jaxsrl.bench import agentfns  # noqa: PLC0415
+
+    b = built or agentfns.build(cfg)
+    n_dev = b.mesh.size
+    B, T = cfg.batch_segments, cfg.segment_length
+    rng = jax.random.PRNGKey(cfg.seed)
+    state = devices.put_replicated(b.fns.init(rng), b.mesh)
+    batch = devices.put_batch(synthetic_batch(b.observation_space, b.action_space, T, B, b.fns,
+                                              cfg.seed), b.mesh)
+    t0 = time.perf_counter()
+    learn = devices.jit_learn(b.fns.learn, b.mesh).lower(state, batch, rng).compile()
+    compile_s = time.perf_counter() - t0
+    state, metrics = learn(state, batch, rng)  # first call: allocations
+    jax.block_until_ready(metrics)
+    calls, times = 0, []
+    t_start = time.perf_counter()
+    while calls < min_calls or time.perf_counter() - t_start < duration_s:
+        t0 = time.perf_counter()
+        rng, key = jax.random.split(rng)
+        state, metrics = learn(state, batch, key)
+        jax.device_get(metrics)
+        times.append(time.perf_counter() - t0)
+        calls += 1
+    seconds = time.perf_counter() - t_start
+    samples_per_s = calls * B * T / seconds
+    return {
+        "batch": [B, T],
+        "devices": n_dev,
+        "updates_per_s": calls / seconds,
+        "update_ms_p50": float(np.percentile(times, 50) * 1e3),
+        "samples_per_s": samples_per_s,
+        "samples_per_s_per_device": samples_per_s / n_dev,
+        "env_steps_per_s": samples_per_s / b.rows_per_env,
+        "compile_s": compile_s,
+        "calls": calls,
+        "seconds": seconds,
+    }
