@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from agents import ppo
+from agents import impala, ppo
 from jaxsrl.agent import Agent
 
 AGENTS: dict[str, Agent] = {
     ppo.AGENT.name: ppo.AGENT,
+    impala.AGENT.name: impala.AGENT,
 }
 
 

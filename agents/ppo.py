@@ -24,10 +24,15 @@ from jaxsrl.agent import Agent, AgentFns, EnvSpec, Trajectory
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
-    """PPO hyperparameters; the defaults are tuned for CartPole-v1 (see docs)."""
+    """PPO hyperparameters.
 
-    learning_rate: float = 1e-3
-    """Adam step size (the start value when ``anneal_lr``)."""
+    Defaults follow CleanRL's ``ppo.py`` except a 12x larger learning rate, tuned on
+    CartPole-v1 with 8 envs x 128 steps per update (solves it in ~50-100k env steps).
+    """
+
+    learning_rate: float = 3e-3
+    """Adam step size (the start value when ``anneal_lr``). Tuned on CartPole-v1;
+    CleanRL's 2.5e-4 is the safer start for harder tasks."""
     anneal_lr: bool = True
     """Anneal the step size linearly to 0 over ``num_updates * num_epochs *
     num_minibatches`` optimiser steps."""
@@ -218,6 +223,11 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         return PPOState(params, optimiser.init(params), jnp.zeros((), jnp.int32))
 
     def act(params, obs, carry, rng, *, deterministic: bool = False):
+        """Actions ``[N, *act]`` for observations ``[N, *obs]``; ``carry`` passes through.
+
+        ``deterministic`` (static) takes the mode instead of sampling. Box actions are
+        unsquashed: clip them for the environment, store them unclipped.
+        """
         dist = net.apply(
             params, networks.flatten_observation(obs, obs_space), method="policy"
         )
@@ -262,12 +272,13 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             "loss/entropy": out.entropy,
             "approx_kl": out.approx_kl,
             "clip_fraction": out.clip_fraction,
-            "grad_norm": optax.global_norm(grads),
+            "grad_norm": optax.tree.norm(grads),
             "learning_rate": jnp.asarray(lr, jnp.float32),
         }
         return (params, opt_state, step + 1), metrics
 
     def learn(state: PPOState, traj: Trajectory, rng: chex.PRNGKey):
+        """One PPO update on ``B`` segments of ``T`` steps -> ``(state, metrics)``."""
         B, T = traj.reward.shape
         n = B * T
         if n % config.num_minibatches:
