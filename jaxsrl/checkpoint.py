@@ -1,15 +1,21 @@
 """Checkpoints with Orbax: ``LOGDIR/checkpoints/<policy>/<update>/``.
 
-Orbax writes each checkpoint into a temporary folder and renames it when complete,
-so a kill during a write never leaves the newest *finalised* checkpoint unreadable.
+Orbax writes each checkpoint into a temporary folder (``<step>.orbax-checkpoint-tmp*``)
+and renames it when complete, so a kill during a write leaves only that temporary
+folder, which is never restored: the newest *finalised* checkpoint is used. If the
+newest finalised checkpoint cannot be read anyway (a damaged disk, a file deleted by
+hand), :meth:`Checkpointer.restore` falls back to the next older one, with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import orbax.checkpoint as ocp
+
+log = logging.getLogger("jaxsrl.checkpoint")
 
 
 class Checkpointer:
@@ -36,15 +42,36 @@ class Checkpointer:
     def restore(self, like: Any, step: int | None = None) -> tuple[Any, dict]:
         """Restore ``(state, meta)``; ``like`` gives the pytree structure, dtypes and shardings.
 
+        Without ``step``, the newest readable checkpoint is restored (an unreadable newer
+        one is skipped with a warning).
+
         Raises:
           FileNotFoundError: there is no checkpoint in the directory.
+          RuntimeError: no checkpoint in the directory could be read.
         """
-        step = self.latest_step() if step is None else step
-        if step is None:
+        if step is not None:
+            return self._restore(like, step)
+        self.manager.reload()
+        steps = sorted(self.manager.all_steps(), reverse=True)
+        if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        errors = []
+        for candidate in steps:
+            try:
+                return self._restore(like, candidate)
+            except Exception as exc:  # noqa: BLE001  (any damage: try the previous one)
+                errors.append(f"{candidate}: {type(exc).__name__}: {exc}")
+                log.warning("checkpoint %d in %s is unreadable (%s: %s); trying an older one",
+                            candidate, self.directory, type(exc).__name__, exc)
+        raise RuntimeError(f"no readable checkpoint in {self.directory}: {errors}")
+
+    def _restore(self, like: Any, step: int) -> tuple[Any, dict]:
         out = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(like), meta=ocp.args.JsonRestore()))
-        return out.state, out.meta
+        meta = out.meta
+        if not isinstance(meta, dict):
+            raise ValueError(f"checkpoint {step}: meta is {type(meta).__name__}, not a dict")
+        return out.state, meta
 
     def close(self) -> None:
         self.manager.wait_until_finished()

@@ -17,7 +17,7 @@ import json
 import math
 import os
 import tomllib
-from typing import Annotated, Any, Optional, Sequence
+from typing import Annotated, Any, Literal, Optional, Sequence
 
 import tyro
 
@@ -65,11 +65,19 @@ class RunConfig:
     target_return: Optional[float] = None
     """Stop early once an interval's episode_return_mean reaches this (for benchmarks)."""
     host: str = "127.0.0.1"
-    """Interface the servers bind; loopback unless you need remote actors."""
+    """Interface the servers bind; loopback unless you need remote actors (then use --curve)."""
+    curve: bool = False
+    """Encrypt and authenticate every stream with ZeroMQ CURVE (keys generated per run)."""
     actor_timeout_s: float = 30.0
-    """An actor exits if its inference server is silent this long."""
+    """An actor exits if its inference server is silent this long (a learner: 10x this)."""
+    actor_heartbeat_timeout_s: float = 60.0
+    """An actor silent this long while the servers are responsive is hung: it is killed and
+    restarted (0 disables)."""
     max_actor_restarts: int = 10
-    """Crashed actors are restarted up to this many times per run, then the run stops."""
+    """Crashed or hung actors are restarted up to this many times per run (all actors
+    together), then the run stops."""
+    on_nonfinite: Literal["drop", "raise"] = "drop"
+    """A segment with NaN/Inf observations or rewards: drop it (counted) or stop the run."""
     compilation_cache_dir: str = "~/.cache/jaxsrl/xla"
     """JAX persistent compilation cache (later runs skip XLA compiles); "" disables it."""
     env_kwargs: Annotated[Optional[dict], tyro.conf.Suppress] = None
@@ -110,11 +118,41 @@ class RunConfig:
         if self.envs_per_actor % self.ring_size:
             raise ValueError(f"envs_per_actor={self.envs_per_actor} must be divisible by "
                              f"ring_size={self.ring_size}")
-        if self.max_staleness < 0 or self.max_actor_restarts < 0:
-            raise ValueError("max_staleness and max_actor_restarts must be >= 0")
-        if self.log_interval_s <= 0 or self.actor_timeout_s <= 0:
-            raise ValueError("log_interval_s and actor_timeout_s must be > 0")
-        self.get_dataflow()
+        for name in ("max_staleness", "max_actor_restarts", "inference_deadline_ms",
+                     "actor_heartbeat_timeout_s"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ValueError(f"{name}={value} must be >= 0")
+        for name in ("log_interval_s", "actor_timeout_s", "checkpoint_interval_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name}={value} must be > 0")
+        if self.on_nonfinite not in ("drop", "raise"):
+            raise ValueError(f"on_nonfinite={self.on_nonfinite!r} must be 'drop' or 'raise'")
+        if not self.host:
+            raise ValueError("host='' must name an interface, e.g. 127.0.0.1")
+        if self.curve:
+            from jaxsrl.security import check_curve_available  # noqa: PLC0415
+            check_curve_available()
+        agent_cfg = getattr(self, self.agent, None)
+        minibatches = getattr(agent_cfg, "num_minibatches", 1)
+        rows = self.batch_segments * self.segment_length
+        if not isinstance(minibatches, int) or minibatches <= 0 or rows % minibatches:
+            raise ValueError(f"{self.agent}.num_minibatches={minibatches} must be a positive divisor "
+                             f"of batch_segments*segment_length={self.batch_segments}*"
+                             f"{self.segment_length}={rows}")
+        steps = self.num_updates() * minibatches * getattr(agent_cfg, "num_epochs", 1)
+        if steps >= 2**31:
+            raise ValueError(f"total_env_steps={self.total_env_steps} plans {steps:,} optimiser steps; "
+                             f"learning-rate schedules count in int32 (< 2**31): lower it")
+        flow = self.get_dataflow()
+        for group in flow.actors:
+            if not isinstance(group.count, int) or group.count <= 0:
+                raise ValueError(f"actor group {group.name!r}: count={group.count} must be positive")
+            envs = group.envs_per_actor or self.envs_per_actor
+            if not isinstance(envs, int) or envs < 0 or envs % self.ring_size:
+                raise ValueError(f"actor group {group.name!r}: envs_per_actor={envs} must be a "
+                                 f"positive multiple of ring_size={self.ring_size}")
 
 
 def config_class(agent_name: str, agent_config_cls: type) -> type:

@@ -5,10 +5,15 @@ sharing parameters on device; actors are separate OS processes started here. Wir
 of workers and streams happens in :func:`train` alone, driven by the config's
 :class:`~jaxsrl.dataflow.Dataflow`.
 
-Guarantees: Ctrl-C, SIGTERM or a crashed component stop the run and leave no child
-process (actors also die with this process, via ``PR_SET_PDEATHSIG``); a crashed
-actor is restarted with a new run id (up to ``max_actor_restarts``); a dead
-inference server or trainer stops the run with an error naming it.
+Guarantees (see ``docs/reliability.md``): Ctrl-C, SIGTERM or a crashed component stop
+the run, save a checkpoint and leave no child process (actors run in their own
+session, so a terminal's Ctrl-C reaches only the launcher, and die with this process
+via ``PR_SET_PDEATHSIG``); a crashed actor, or a hung one (silent for
+``actor_heartbeat_timeout_s`` while the servers are responsive), is restarted with a
+new run id, so messages of its previous run are dropped by the servers (up to
+``max_actor_restarts`` restarts per run); an environment that keeps failing stops the
+run with its error; a dead inference server or trainer stops the run with an error
+naming it.
 """
 
 from __future__ import annotations
@@ -26,17 +31,19 @@ import time
 from typing import Any
 
 import jax
+import zmq
 
 from jaxsrl import config as config_lib
-from jaxsrl import devices
+from jaxsrl import devices, security
 from jaxsrl.agent import EnvSpec
 from jaxsrl.checkpoint import Checkpointer
 from jaxsrl.envs import env_spaces, env_teams
 from jaxsrl.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
 from jaxsrl.params import ParameterStore
-from jaxsrl.workers.actor import EXIT_SERVER_TIMEOUT
-from jaxsrl.workers.policy import PolicyWorker
+from jaxsrl.workers.actor import EXIT_ENV_ERROR, EXIT_LEARNER_TIMEOUT, EXIT_SERVER_TIMEOUT
 from jaxsrl.workers.carry import CarryCodec
+from jaxsrl.workers.health import ActorTable
+from jaxsrl.workers.policy import PolicyWorker
 from jaxsrl.workers.trainer import TrainerWorker
 
 log = logging.getLogger("jaxsrl")
@@ -49,30 +56,69 @@ class ComponentDied(RuntimeError):
 
 @dataclasses.dataclass
 class ActorProcess:
-    """One running actor process and how to start it again."""
+    """One running actor process and how to start it again.
+
+    ``start`` gives the process a fresh run id and registers it in ``table`` (if
+    given) before the process exists, so the servers accept only the new run.
+    ``env`` holds extra environment variables (e.g. the CURVE keypair).
+    """
 
     name: str
     spec: dict
     proc: subprocess.Popen | None = None
     restarts: int = 0
+    table: ActorTable | None = None
+    env: dict | None = None
+    started_at: float = 0.0
 
     def start(self) -> None:
         self.spec = {**self.spec, "run_id": random.getrandbits(31)}
+        if self.table is not None:
+            self.table.register(self.spec["actor_id"], self.spec["run_id"])
         env = dict(os.environ)
         env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env.update(self.env or {})
+        self.started_at = time.monotonic()
+        # Own session: a terminal's Ctrl-C goes to the launcher only, which stops actors
+        # in order; PR_SET_PDEATHSIG (set by the actor) still kills them with the launcher.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jaxsrl.workers.actor", json.dumps(self.spec)], env=env)
+            [sys.executable, "-m", "jaxsrl.workers.actor", json.dumps(self.spec)], env=env,
+            start_new_session=True)
 
     def stop(self, grace_s: float = 3.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
+        stop_all([self], grace_s)
+
+    def kill(self) -> None:
+        """SIGKILL (works on a stopped or hung process too) and reap."""
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def stop_all(actors: list, grace_s: float = 3.0) -> None:
+    """SIGTERM every running actor at once, then SIGKILL those alive after ``grace_s``."""
+    running = [a for a in actors if a.proc is not None and a.proc.poll() is None]
+    for a in running:
+        try:
+            a.proc.terminate()
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    for a in running:
+        try:
+            a.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            a.kill()
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return {EXIT_ENV_ERROR: "its environment raised", 0: "it stopped"}.get(code, f"exit code {code}")
 
 
 def default_logdir(cfg) -> str:
@@ -94,14 +140,11 @@ def train(cfg: Any) -> dict:
     Raises:
       ComponentDied: an inference server, trainer or (repeatedly) an actor died.
       FileNotFoundError: ``--resume`` without a checkpoint in ``--logdir``.
+      ValueError: an impossible config (before any worker or process starts).
       KeyboardInterrupt: Ctrl-C or SIGTERM (after a clean shutdown and checkpoint).
     """
     cfg.validate()
     clock = Clock()
-    logdir = cfg.logdir or default_logdir(cfg)
-    os.makedirs(logdir, exist_ok=True)
-    with open(os.path.join(logdir, "config.json"), "w") as f:
-        json.dump(config_lib.to_dict(cfg) | {"logdir": logdir}, f, indent=2)
     flow = cfg.get_dataflow()
     if cfg.compilation_cache_dir:
         jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cfg.compilation_cache_dir))
@@ -111,6 +154,13 @@ def train(cfg: Any) -> dict:
     if cfg.batch_segments % n_dev:
         raise ValueError(f"batch_segments={cfg.batch_segments} is not divisible by the "
                          f"{n_dev} local devices")
+    if not security.is_loopback(cfg.host) and not cfg.curve:
+        log.warning("servers bind %s without --curve: streams are unauthenticated plaintext "
+                    "(anyone who can reach this host can send samples)", cfg.host)
+    logdir = cfg.logdir or default_logdir(cfg)
+    os.makedirs(logdir, exist_ok=True)
+    with open(os.path.join(logdir, "config.json"), "w") as f:
+        json.dump(config_lib.to_dict(cfg) | {"logdir": logdir}, f, indent=2)
 
     from agents import get_agent  # noqa: PLC0415
     agent = get_agent(cfg.agent)
@@ -121,6 +171,9 @@ def train(cfg: Any) -> dict:
     def rows_per_env(team) -> int:
         return len(teams) if team is None else sum(t == team for t in teams)
 
+    def envs_of(group) -> int:
+        return group.envs_per_actor or cfg.envs_per_actor
+
     # Learning-rate schedules are planned per policy; with a policy per team the
     # fewest rows per environment (most updates) is used for all of them.
     fewest_rows = min(rows_per_env(team) for a in flow.actors for team, _, _ in a.bindings())
@@ -128,43 +181,61 @@ def train(cfg: Any) -> dict:
     learn = devices.jit_learn(fns.learn, mesh)
     act = devices.jit_act(fns.act, mesh)
 
+    # One ZeroMQ context per run: its sockets (and the CURVE authenticator) end with it.
+    context = zmq.Context()
+    table = ActorTable()
     store, metrics = ParameterStore(), MetricsAccumulator()
     trainers: dict[str, TrainerWorker] = {}
-    for i, t in enumerate(flow.trainers):
-        ckpt = Checkpointer(os.path.join(logdir, "checkpoints", t.policy), cfg.keep_checkpoints)
-        rng = jax.random.PRNGKey(cfg.seed + 1000 * i)
-        rng, init_key = jax.random.split(rng)
-        state = devices.put_replicated(fns.init(init_key), mesh)
-        version = 0
-        if cfg.resume:
-            tree, meta = ckpt.restore({"agent": state, "rng": rng})
-            state, rng, version = tree["agent"], tree["rng"], int(meta["policy_version"])
-            metrics.env_steps = max(metrics.env_steps, int(meta.get("env_steps", 0)))
-            log.info("resumed %s from version %d, %d env steps", t.policy, version, metrics.env_steps)
-        trainers[t.sample_stream] = TrainerWorker(
-            t.name, t.policy, learn, lambda b: devices.put_batch(b, mesh), state, rng, version,
-            obs_space, action_space, cfg.segment_length, cfg.batch_segments, store, metrics,
-            ckpt, cfg.max_staleness, cfg.host, fns.initial_carry)
-
-    def envs_of(group) -> int:
-        return group.envs_per_actor or cfg.envs_per_actor
-
     servers: dict[str, PolicyWorker] = {}
-    for i, p in enumerate(flow.policy_workers):
-        rows = sum(a.count * envs_of(a) * rows_per_env(team) for a in flow.actors
-                   for team, inference, _ in a.bindings() if inference == p.inference_stream)
-        servers[p.inference_stream] = PolicyWorker(
-            p.name, p.policy, act, fns.initial_carry, obs_space, store, metrics,
-            max_rows=max(rows, 1), num_devices=n_dev, host=cfg.host,
-            deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919 * (i + 1))
-
-    workers = list(trainers.values()) + list(servers.values())
-    threads = [threading.Thread(target=w.run, name=w.name, daemon=True) for w in workers]
+    checkpointers: list[Checkpointer] = []
+    workers: list = []
+    threads: list[threading.Thread] = []
     actors: list[ActorProcess] = []
-    writer = MetricsWriter(logdir)
+    writer: MetricsWriter | None = None
+    auth = None
     old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
     record: dict = {}
     try:
+        num_actor_procs = sum(a.count for a in flow.actors)
+        keys = security.CurveKeys.generate(range(num_actor_procs)) if cfg.curve else None
+        auth = security.start_authenticator(context, keys.allowed()) if keys else None
+        server_keys = (keys.server_public, keys.server_secret) if keys else None
+
+        for i, t in enumerate(flow.trainers):
+            ckpt = Checkpointer(os.path.join(logdir, "checkpoints", t.policy), cfg.keep_checkpoints)
+            checkpointers.append(ckpt)
+            rng = jax.random.PRNGKey(cfg.seed + 1000 * i)
+            rng, init_key = jax.random.split(rng)
+            state = devices.put_replicated(fns.init(init_key), mesh)
+            version = 0
+            if cfg.resume:
+                tree, meta = ckpt.restore({"agent": state, "rng": rng})
+                state, rng, version = tree["agent"], tree["rng"], int(meta["policy_version"])
+                metrics.env_steps = max(metrics.env_steps, int(meta.get("env_steps", 0)))
+                log.info("resumed %s from version %d, %d env steps", t.policy, version,
+                         metrics.env_steps)
+            segment_rows = max([envs_of(a) // cfg.ring_size * rows_per_env(team) for a in flow.actors
+                                for team, _, sample in a.bindings() if sample == t.sample_stream]
+                               or [1])
+            trainers[t.sample_stream] = TrainerWorker(
+                t.name, t.policy, learn, lambda b: devices.put_batch(b, mesh), state, rng, version,
+                obs_space, action_space, cfg.segment_length, cfg.batch_segments, store, metrics,
+                ckpt, cfg.max_staleness, cfg.host, fns.initial_carry, actors=table,
+                max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=context,
+                curve=server_keys)
+
+        for i, p in enumerate(flow.policy_workers):
+            rows = sum(a.count * envs_of(a) * rows_per_env(team) for a in flow.actors
+                       for team, inference, _ in a.bindings() if inference == p.inference_stream)
+            servers[p.inference_stream] = PolicyWorker(
+                p.name, p.policy, act, fns.initial_carry, obs_space, store, metrics,
+                max_rows=max(rows, 1), num_devices=n_dev, host=cfg.host,
+                deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919 * (i + 1),
+                actors=table, context=context, curve=server_keys)
+
+        workers = list(trainers.values()) + list(servers.values())
+        threads = [threading.Thread(target=w.run, name=w.name, daemon=True) for w in workers]
+        writer = MetricsWriter(logdir)
         for th in threads:
             th.start()
         for w in workers:
@@ -176,61 +247,115 @@ def train(cfg: Any) -> dict:
         seed_base = cfg.seed + metrics.env_steps
         for a in flow.actors:
             envs = envs_of(a)
-            if envs % cfg.ring_size:
-                raise ValueError(f"actor group {a.name!r}: envs_per_actor={envs} is not "
-                                 f"divisible by ring_size={cfg.ring_size}")
             for k in range(a.count):
                 idx = len(actors)
                 streams = [{"policy": trainers[sample].policy, "team": team,
                             "inference_address": servers[inference].address,
                             "sample_address": trainers[sample].address}
                            for team, inference, sample in a.bindings()]
+                error_file = os.path.join(logdir, "errors", f"actor{idx}.txt")
+                if os.path.exists(error_file):
+                    os.remove(error_file)
                 spec_ = {"actor_id": idx, "env": cfg.env, "env_kwargs": cfg.env_kwargs or {},
                          "envs_per_group": envs // cfg.ring_size, "ring_size": cfg.ring_size,
                          "segment_length": cfg.segment_length, "seed": seed_base,
                          "streams": streams, "carry_spec": CarryCodec(fns.initial_carry).spec(),
-                         "timeout_s": cfg.actor_timeout_s, "parent_pid": os.getpid()}
-                actors.append(ActorProcess(f"{a.name}[{k}]", spec_))
+                         "timeout_s": cfg.actor_timeout_s, "parent_pid": os.getpid(),
+                         "error_file": error_file,
+                         "curve_server_key": keys.server_public.decode() if keys else None}
+                actors.append(ActorProcess(f"{a.name}[{k}]", spec_, table=table,
+                                           env=keys.client_env(idx) if keys else None))
                 actors[-1].start()
-        record = _control_loop(cfg, clock, metrics, writer, workers, trainers, actors)
+        record = _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actors,
+                               table, seed_base)
         return record | {"logdir": logdir}
     finally:
-        signal.signal(signal.SIGTERM, old_handler)
-        for a in actors:
-            a.stop()
-        for w in workers:
-            w.stop.set()
-        for th in threads:
-            th.join(timeout=30)
-        for t in trainers.values():
-            if t.error is None:
-                t.extra_meta = {"wall_time_s": clock()}
-                t.save_checkpoint()
-            t.checkpointer.close()
-        writer.close()
-        log.info("stopped after %.1f s; logs in %s", clock(), logdir)
+        # A second SIGTERM (e.g. from a process manager) must not cut the cleanup short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            stop_all(actors)
+            for w in workers:
+                w.stop.set()
+            for th in threads:
+                if th.ident is not None:  # started
+                    th.join(timeout=30)
+            for t, th in zip(trainers.values(), threads):  # trainers come first in `threads`
+                if t.error is None and th.ident is not None and not th.is_alive():
+                    t.extra_meta = {"wall_time_s": clock()}
+                    t.save_checkpoint()
+            for ckpt in checkpointers:
+                ckpt.close()
+            if writer is not None:
+                writer.close()
+            if auth is not None:
+                auth.stop()
+            if not any(th.is_alive() for th in threads):
+                context.destroy(linger=0)
+            log.info("stopped after %.1f s; logs in %s", clock(), logdir)
+        finally:
+            signal.signal(signal.SIGTERM, old_handler)
 
 
-def _control_loop(cfg, clock, metrics, writer, workers, trainers, actors) -> dict:
+def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actors, table,
+                  seed_base) -> dict:
     last_log = last_ckpt = clock()
     record: dict = {}
+    restarts = 0
+    responsive_since: float | None = None  # since when every worker kept turning its loop
+    hang_s = cfg.actor_heartbeat_timeout_s
     while True:
         time.sleep(0.02)
-        for w in workers:
+        for w, th in zip(workers, threads):
             if w.error is not None:
                 raise ComponentDied(f"{w.name} died: {w.error!r}") from w.error
+            if not th.is_alive():
+                raise ComponentDied(f"{w.name} stopped unexpectedly")
+        mono = time.monotonic()
+        # An actor is hung only if silent for hang_s while every server kept turning its
+        # loop (warmed up, not stuck in a long update or checkpoint) all that time.
+        if all(w.serving.is_set() and mono - w.heartbeat < max(hang_s / 2, 1.0) for w in workers):
+            responsive_since = responsive_since or mono
+        else:
+            responsive_since = None
         for a in actors:
             code = a.proc.poll()
+            hung = False
             if code is None:
-                continue
+                if not (hang_s > 0 and responsive_since is not None):
+                    continue
+                last = max(table.last_seen(a.spec["actor_id"]) or 0.0, a.started_at, responsive_since)
+                if mono - last <= hang_s:
+                    continue
+                log.warning("%s (pid %d) sent nothing for %.1f s while the servers were "
+                            "responsive: hung; killing it", a.name, a.proc.pid, mono - last)
+                metrics.count("actor_hangs")
+                a.kill()
+                code, hung = a.proc.returncode, True
             if code == EXIT_SERVER_TIMEOUT:
-                raise ComponentDied(f"{a.name} timed out waiting for its inference server")
-            if a.restarts >= cfg.max_actor_restarts:
-                raise ComponentDied(f"{a.name} exited with code {code} and was restarted "
-                                    f"{a.restarts} times; giving up (max_actor_restarts)")
+                addresses = sorted({s["inference_address"] for s in a.spec["streams"]})
+                raise ComponentDied(f"{a.name} timed out waiting for its inference server "
+                                    f"({', '.join(addresses)}): did the server die or stall?")
+            if code == EXIT_LEARNER_TIMEOUT:
+                addresses = sorted({s["sample_address"] for s in a.spec["streams"]})
+                raise ComponentDied(f"{a.name} timed out waiting for its learner "
+                                    f"({', '.join(addresses)}) to take samples")
+            reason = "hung" if hung else _exit_reason(code)
+            error = _read_error(a.spec.get("error_file")) if code == EXIT_ENV_ERROR else ""
+            if restarts >= cfg.max_actor_restarts:
+                what = ("its environment keeps failing" if code == EXIT_ENV_ERROR
+                        else f"it stopped ({reason})")
+                raise ComponentDied(
+                    f"{a.name}: {what}; actors were restarted {restarts} times in this run "
+                    f"(max_actor_restarts={cfg.max_actor_restarts}), giving up"
+                    + (f". Last error: {error}" if error else ""))
+            restarts += 1
             a.restarts += 1
             metrics.count("actor_restarts")
-            log.warning("%s exited with code %s; restarting it (restart %d)", a.name, code, a.restarts)
+            log.warning("%s %s%s; restarting it with a new run id (restart %d of at most %d)",
+                        a.name, reason, f": {error}" if error else "", restarts,
+                        cfg.max_actor_restarts)
+            # New environment seeds, so a restarted actor does not replay its episodes.
+            a.spec = {**a.spec, "seed": seed_base + a.restarts * 10_000 * len(actors)}
             a.start()
         now = clock()
         done = metrics.env_steps >= cfg.total_env_steps
@@ -249,3 +374,12 @@ def _control_loop(cfg, clock, metrics, writer, workers, trainers, actors) -> dic
             last_ckpt = now
             for t in trainers.values():
                 t.checkpoint_requested.set()
+
+
+def _read_error(path: str | None) -> str:
+    """Last line of an actor's error summary (the exception), or ``""``."""
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, errors="replace") as f:
+        first = f.readline().strip()
+    return first[:500]

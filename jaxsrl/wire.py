@@ -14,6 +14,7 @@ raises :class:`WireError` naming what is wrong, so a server can drop it and go o
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, NamedTuple, Sequence
 
 import msgpack
@@ -27,7 +28,9 @@ ALLOWED_DTYPES = frozenset(
 )
 #: default upper bound on one message's total array bytes (256 MiB).
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
-_MAX_HEADER_BYTES = 64 * 1024
+#: largest accepted header frame.
+MAX_HEADER_BYTES = 64 * 1024
+_MAX_HEADER_BYTES = MAX_HEADER_BYTES
 _MAX_ARRAYS = 256
 _MAX_NDIM = 8
 
@@ -131,11 +134,12 @@ def decode(frames: Sequence, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
         if dtype not in ALLOWED_DTYPES:
             raise WireError(f"array {name!r}: dtype {dtype!r} is not allowed")
         if (not isinstance(shape, list) or len(shape) > _MAX_NDIM
-                or not all(isinstance(d, int) and 0 <= d < 2**40 for d in shape)):
+                or not all(type(d) is int and 0 <= d < 2**40 for d in shape)):  # noqa: E721
             raise WireError(f"array {name!r}: bad shape {shape!r}")
         if name in arrays:
             raise WireError(f"array {name!r} appears twice")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        # Exact (Python int) size: a numpy product could overflow and wrap to a small number.
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         total += nbytes
         if total > max_bytes:
             raise WireError(f"payload exceeds {max_bytes} bytes (array {name!r} declares {shape})")

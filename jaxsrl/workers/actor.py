@@ -20,8 +20,19 @@ Messages (see ``docs/architecture.md``):
                 terminated, truncated, logp, version [n, T], carry/i... [n, ...]
 
 Run as ``python -m jaxsrl.workers.actor '<json spec>'`` (the launcher does this).
+While a segment waits for room in the learner's queue (backpressure), the actor sends
+``ping`` messages (meta {actor, run}, no arrays, no reply) on its inference streams
+every ``ping_interval_s`` (1 s), so the launcher's hang detection does not take a
+throttled actor for a hung one.
+
 Exit codes: 0 stopped by SIGTERM/SIGINT; 3 an inference server did not answer in
-``timeout_s``; 1 any other error (traceback on stderr).
+``timeout_s`` (``startup_timeout_s``, default 300 s, for the first answer: servers
+compile while actors start); 4 the environment raised in ``reset`` or ``step`` (traceback logged, and
+written to ``spec["error_file"]`` if given); 5 the learner did not take a segment in
+``sample_timeout_s`` (default ``10 * timeout_s``); 1 any other error (traceback on stderr).
+
+With ``spec["curve_server_key"]`` set, every socket is a CURVE client of that server
+key, with this actor's keypair from the environment (:mod:`jaxsrl.security`).
 """
 
 from __future__ import annotations
@@ -32,18 +43,29 @@ import os
 import signal
 import sys
 import time
+import traceback
 from typing import Any
 
 import numpy as np
 import zmq
 
-from jaxsrl import wire
+from jaxsrl import security, wire
 from jaxsrl.envs import make_actor_env
 from jaxsrl.envs.spaces import action_leaf
 
 log = logging.getLogger("jaxsrl.actor")
 
 EXIT_SERVER_TIMEOUT = 3
+EXIT_ENV_ERROR = 4
+EXIT_LEARNER_TIMEOUT = 5
+
+
+class EnvError(RuntimeError):
+    """The environment raised in ``reset`` or ``step`` (the original is the ``__cause__``)."""
+
+
+class LearnerTimeout(TimeoutError):
+    """A trainer did not take a segment within the sample timeout."""
 
 
 class SegmentBuffer:
@@ -100,16 +122,20 @@ class SegmentBuffer:
 class Stream:
     """One policy's view of the actor: its sockets and the rows of each group it serves."""
 
-    def __init__(self, spec: dict, ctx: zmq.Context):
+    def __init__(self, spec: dict, ctx: zmq.Context, curve: tuple | None = None):
         self.policy = spec["policy"]
         self.team = spec.get("team")
         self.inference_address = spec["inference_address"]
+        self.sample_address = spec["sample_address"]
         self.inference = ctx.socket(zmq.DEALER)
         self.inference.setsockopt(zmq.LINGER, 0)
-        self.inference.connect(spec["inference_address"])
         self.samples = ctx.socket(zmq.PUSH)
         self.samples.setsockopt(zmq.LINGER, 1000)
         self.samples.setsockopt(zmq.SNDHWM, int(spec.get("sample_hwm", 2)))
+        if curve is not None:
+            security.make_client(self.inference, *curve)
+            security.make_client(self.samples, *curve)
+        self.inference.connect(spec["inference_address"])
         self.samples.connect(spec["sample_address"])
 
     def rows_of(self, env) -> np.ndarray:
@@ -135,7 +161,10 @@ class Group:
         self.logp = np.zeros(env.num_rows, np.float32)
         self.version = [0] * len(streams)
         self.waiting: set = set()
-        self.obs = env.reset()
+        try:
+            self.obs = env.reset()
+        except Exception as exc:
+            raise EnvError(f"environment reset raised {type(exc).__name__}: {exc}") from exc
         self.buffers = [SegmentBuffer(self._slice(self.obs, r), T, action[0], action[1], c)
                         for r, c in zip(self.rows, self.carry)]
 
@@ -152,8 +181,22 @@ class Actor:
         self.actor_id, self.run_id = int(spec["actor_id"]), int(spec["run_id"])
         self.T = int(spec["segment_length"])
         self.timeout_ms = int(1000 * float(spec.get("timeout_s", 30.0)))
+        self.startup_timeout_ms = int(1000 * float(spec.get("startup_timeout_s",
+                                                              max(300.0, self.timeout_ms / 1000))))
+        self._answered = False
+        sample_timeout_s = float(spec.get("sample_timeout_s", 10 * self.timeout_ms / 1000))
         ctx = context or zmq.Context.instance()
-        self.streams = [Stream(s, ctx) for s in spec["streams"]]
+        curve = None
+        if spec.get("curve_server_key"):
+            keys = security.client_keys_from_env()
+            if keys is None:
+                raise RuntimeError("spec asks for CURVE but the actor's keypair is not in "
+                                   f"${security.ENV_CLIENT_PUBLIC} / ${security.ENV_CLIENT_SECRET}")
+            curve = (spec["curve_server_key"], *keys)
+        self.sample_timeout_s = sample_timeout_s
+        self.ping_interval_s = float(spec.get("ping_interval_s", 1.0))
+        self._last_ping = 0.0
+        self.streams = [Stream(s, ctx, curve) for s in spec["streams"]]
         self.poller = zmq.Poller()
         for s in self.streams:
             self.poller.register(s.inference, zmq.POLLIN)
@@ -163,7 +206,10 @@ class Actor:
         self.groups = []
         for g in range(int(spec["ring_size"])):
             seed = int(spec["seed"]) + 10_000 * self.actor_id + n * g
-            env = make_actor_env(spec["env"], n, seed, spec.get("env_kwargs"))
+            try:
+                env = make_actor_env(spec["env"], n, seed, spec.get("env_kwargs"))
+            except Exception as exc:
+                raise EnvError(f"environment construction raised {type(exc).__name__}: {exc}") from exc
             if g == 0:
                 self.action_leaf = action_leaf(env.action_space)
             self.groups.append(Group(env, self.streams, self.T, carry_spec, self.action_leaf))
@@ -180,13 +226,19 @@ class Actor:
 
     def _receive(self) -> tuple[int, wire.Message]:
         t0 = time.perf_counter()
-        ready = dict(self.poller.poll(self.timeout_ms))
+        # Until the first answer the servers may still be compiling: wait longer.
+        timeout_ms = self.timeout_ms if self._answered else self.startup_timeout_ms
+        ready = dict(self.poller.poll(timeout_ms))
         if not ready:
             names = ", ".join(s.inference_address for s in self.streams)
             raise TimeoutError(f"inference server(s) at {names} did not answer within "
-                               f"{self.timeout_ms / 1000:.1f} s")
+                               f"{timeout_ms / 1000:.1f} s")
+        self._answered = True
         sock = next(iter(ready))
-        msg = wire.decode(sock.recv_multipart())
+        try:
+            msg = wire.decode(sock.recv_multipart())
+        except wire.WireError as exc:
+            msg = wire.Message("invalid", {"error": str(exc)}, {})
         self.timing["wait_s"] += time.perf_counter() - t0
         return self._socket_stream[sock], msg
 
@@ -198,8 +250,10 @@ class Actor:
         while max_segments is None or sent < max_segments:
             i, msg = self._receive()
             g = msg.meta.get("group")
-            if msg.kind != "action" or not isinstance(g, int) or not 0 <= g < len(self.groups):
-                log.warning("dropping unexpected reply kind=%r group=%r", msg.kind, g)
+            if (msg.kind != "action" or not isinstance(g, int) or not 0 <= g < len(self.groups)
+                    or i not in self.groups[g].waiting or not self._reply_ok(msg, g, i)):
+                log.warning("dropping unexpected reply kind=%r group=%r %s", msg.kind, g,
+                            msg.meta.get("error", ""))
                 continue
             group = self.groups[g]
             rows = group.rows[i]
@@ -212,10 +266,27 @@ class Actor:
             if not group.waiting:
                 sent += self._step(g)
 
+    def _reply_ok(self, msg: wire.Message, g: int, i: int) -> bool:
+        """The reply has every array this group needs, with the right shapes (values
+        are cast on assignment, as before)."""
+        group = self.groups[g]
+        n = len(group.rows[i])
+        expected = {"action": (n,) + tuple(self.action_leaf[1]), "logp": (n,)}
+        expected.update({k: v.shape for k, v in group.carry[i].items()})
+        bad = [k for k, shape in expected.items()
+               if k not in msg.arrays or tuple(msg.arrays[k].shape) != tuple(shape)]
+        if bad:
+            msg.meta["error"] = f"arrays {bad} missing or of the wrong shape"
+            return False
+        return isinstance(msg.meta.get("version"), int)
+
     def _step(self, g: int) -> int:
         group = self.groups[g]
         t0 = time.perf_counter()
-        step = group.env.step(group.action)
+        try:
+            step = group.env.step(group.action)
+        except Exception as exc:
+            raise EnvError(f"environment step raised {type(exc).__name__}: {exc}") from exc
         self.timing["env_s"] += time.perf_counter() - t0
         group.obs = step.obs
         done = step.terminated | step.truncated
@@ -243,12 +314,43 @@ class Actor:
                 "episodes": buf.episodes, "timing": dict(self.timing) if i == 0 else {}}
         if i == 0:
             self.timing = {"env_s": 0.0, "wait_s": 0.0}
-        self.streams[i].samples.send_multipart(wire.encode("segment", buf.arrays(), meta))
+        self._push(self.streams[i], wire.encode("segment", buf.arrays(), meta))
         buf.start(Group._slice(group.obs, group.rows[i]), group.carry[i])
+
+    def _push(self, stream: Stream, frames: list) -> None:
+        """Send a segment; while the learner's queue is full (backpressure), tell the
+        inference servers this actor is alive (``ping``) so it is not taken for hung.
+
+        Raises:
+          LearnerTimeout: the learner took nothing for ``sample_timeout_s``.
+        """
+        deadline = time.monotonic() + self.sample_timeout_s
+        while True:
+            try:
+                stream.samples.send_multipart(frames, flags=zmq.NOBLOCK)
+                return
+            except zmq.Again:
+                pass
+            now = time.monotonic()
+            if now >= deadline:
+                raise LearnerTimeout(f"the learner at {stream.sample_address} did not take a "
+                                     f"segment in time (sample_timeout_s={self.sample_timeout_s:g})")
+            if now - self._last_ping >= self.ping_interval_s:
+                self._last_ping = now
+                meta = {"actor": self.actor_id, "run": self.run_id}
+                for s in self.streams:
+                    try:
+                        s.inference.send_multipart(wire.encode("ping", {}, meta), flags=zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass
+            stream.samples.poll(min(1000, 1000 * max(0.0, deadline - now)), zmq.POLLOUT)
 
     def close(self) -> None:
         for group in self.groups:
-            group.env.close()
+            try:
+                group.env.close()
+            except Exception:  # noqa: BLE001  (a broken env must not hide the real error)
+                log.exception("closing an environment failed")
         for s in self.streams:
             s.close()
 
@@ -277,15 +379,37 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent(spec.get("parent_pid"))
     signal.signal(signal.SIGTERM, _raise_exit)
     signal.signal(signal.SIGINT, _raise_exit)
-    actor = Actor(spec)
+    actor = None
     try:
+        actor = Actor(spec)
         actor.run()
+    except LearnerTimeout as exc:
+        log.error("%s; exiting", exc)
+        return EXIT_LEARNER_TIMEOUT
     except TimeoutError as exc:
         log.error("%s; exiting", exc)
         return EXIT_SERVER_TIMEOUT
+    except EnvError as exc:
+        text = "".join(traceback.format_exception(exc.__cause__ or exc))
+        log.error("%s; exiting (exit code %d)\n%s", exc, EXIT_ENV_ERROR, text)
+        _write_error(spec.get("error_file"), f"{exc}\n{text}")
+        return EXIT_ENV_ERROR
     finally:
-        actor.close()
+        if actor is not None:
+            actor.close()
     return 0
+
+
+def _write_error(path: str | None, text: str) -> None:
+    """Leave the failure for the launcher (it names it when it gives up on this actor)."""
+    if not path:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError:
+        log.exception("could not write %s", path)
 
 
 if __name__ == "__main__":

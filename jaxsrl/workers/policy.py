@@ -6,8 +6,14 @@ request that is waiting (and, with a deadline, waits a little for more), pads th
 rows to the smallest fitting bucket size so that XLA never recompiles after warm-up,
 runs the jitted ``act`` over the local devices with the newest parameters from the
 :class:`~jaxsrl.params.ParameterStore` (on device, shared with the learner), and
-answers each actor with its slice. A malformed request is dropped with a logged
-reason and counted; the server keeps serving.
+answers each actor with its slice.
+
+Hostile or broken input: a request that is not a well-formed ``act`` message of this
+server's schema, is larger than the server takes, or whose ``actor``/``run`` ids are
+not those of a live actor of the run (:class:`~jaxsrl.workers.health.ActorTable`) is
+dropped with a (rate-limited) logged reason and counted in ``dropped_requests``; the
+server keeps serving. Frames larger than any valid array are cut by ZeroMQ before
+they are buffered (``MAXMSGSIZE``: the peer is disconnected).
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ import jax
 import numpy as np
 import zmq
 
-from jaxsrl import wire
+from jaxsrl import security, wire
 from jaxsrl.envs.spaces import obs_schema, unflatten_obs
 from jaxsrl.metrics import MetricsAccumulator
 from jaxsrl.params import ParameterStore
 from jaxsrl.workers.carry import CarryCodec
+from jaxsrl.workers.health import ActorTable, DropLog, StaleRunError, message_ids
 
 log = logging.getLogger("jaxsrl.policy")
+_MAX_GROUP = 1 << 20
 
 
 def bucket_sizes(max_rows: int, multiple: int, smallest: int = 8) -> list[int]:
@@ -60,13 +68,19 @@ class PolicyWorker:
       deadline_ms: after the first request, wait this long for more (0: take what
         is waiting).
       seed: seed of the action-sampling RNG.
+      actors: the run's actor table; requests whose ids it does not accept are dropped
+        (``None``: any integer ids are accepted, e.g. in tests and benchmarks).
+      context: ZeroMQ context of the socket (default: the process-wide one).
+      curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
     """
 
     def __init__(self, name: str, policy: str, act: Callable, initial_carry: Callable,
                  observation_space: Any, store: ParameterStore, metrics: MetricsAccumulator,
                  max_rows: int, num_devices: int = 1, host: str = "127.0.0.1",
-                 deadline_ms: float = 0.0, seed: int = 0):
+                 deadline_ms: float = 0.0, seed: int = 0, actors: ActorTable | None = None,
+                 context: zmq.Context | None = None, curve: tuple | None = None):
         self.name, self.policy = name, policy
+        self.actors, self._context, self._curve = actors, context, curve
         self._act = act
         self._carry = CarryCodec(initial_carry)
         self._obs_names = list(obs_schema(observation_space))
@@ -80,6 +94,14 @@ class PolicyWorker:
         self.ready = threading.Event()
         self.stop = threading.Event()
         self.error: BaseException | None = None
+        self._drop_log = DropLog(log, "request")
+        self.serving = threading.Event()  # set after warm-up: requests are answered
+        self.heartbeat = time.monotonic()  # last turn of the serving loop
+        # Largest valid request: max_rows rows of every array (header aside).
+        row_bytes = {k: int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
+                     for k, s in self._schema.items()}
+        self.max_bytes = max(1, self.max_rows * sum(row_bytes.values()))
+        self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, self.max_rows * max(row_bytes.values()))
         self._pad = {b: {k: np.zeros((b,) + s.shape[1:], s.dtype) for k, s in self._schema.items()}
                      for b in self.buckets}
         self.latency_s: list[float] = []  # recent server latencies, for the benchmark
@@ -109,11 +131,21 @@ class PolicyWorker:
         return {k: np.asarray(v)[:rows] for k, v in out.items()}, versioned.version
 
     # -- messaging -----------------------------------------------------------------
-    def _parse(self, frames: list) -> tuple[bytes, dict, dict, int]:
+    def _parse(self, frames: list) -> tuple[bytes, dict, dict, int] | None:
         identity, body = frames[0], frames[1:]
-        msg = wire.decode(body)
+        msg = wire.decode(body, max_bytes=self.max_bytes)
+        if msg.kind == "ping" and not msg.arrays:  # an actor waiting on its learner: alive
+            if self.actors is not None:
+                self.actors.seen(self.actors.check(msg.meta))
+            else:
+                message_ids(msg.meta)
+            return None
         if msg.kind != "act":
             raise wire.WireError(f"expected an 'act' request, got kind {msg.kind!r}")
+        group = msg.meta.get("group")
+        if type(group) is not int or not 0 <= group < _MAX_GROUP:  # noqa: E721
+            raise wire.WireError(f"meta 'group' must be a small non-negative integer, got {group!r}")
+        actor = self.actors.check(msg.meta) if self.actors is not None else None
         free = wire.check_arrays(msg.arrays, self._schema)
         rows = set(free.values())
         if len(rows) != 1:
@@ -121,18 +153,25 @@ class PolicyWorker:
         n = rows.pop()
         if not 0 < n <= self.max_rows:
             raise wire.WireError(f"request of {n} rows; this server takes 1..{self.max_rows}")
+        if actor is not None:
+            self.actors.seen(actor)
         return identity, msg.meta, msg.arrays, n
 
     def run(self) -> None:
         """Serve until ``stop`` is set. Exceptions are kept in ``self.error``."""
         try:
-            sock = zmq.Context.instance().socket(zmq.ROUTER)
+            sock = (self._context or zmq.Context.instance()).socket(zmq.ROUTER)
             sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # bigger frames: disconnect
+            if self._curve is not None:
+                security.make_server(sock, *self._curve)
             port = sock.bind_to_random_port(f"tcp://{self.host}")
-            self.address = f"tcp://{self.host}:{port}"
+            self.address = f"tcp://{security.connect_host(self.host)}:{port}"
             self.ready.set()  # actors may connect and queue requests while we compile
             try:
                 self.warmup()
+                self.heartbeat = time.monotonic()
+                self.serving.set()
                 self._serve(sock)
             finally:
                 sock.close()
@@ -143,6 +182,7 @@ class PolicyWorker:
 
     def _serve(self, sock: zmq.Socket) -> None:
         while not self.stop.is_set():
+            self.heartbeat = time.monotonic()
             if not sock.poll(100):
                 continue
             t0 = time.perf_counter()
@@ -157,10 +197,15 @@ class PolicyWorker:
                         continue
                     break
                 try:
-                    identity, meta, arrays, n = self._parse(frames)
-                except wire.WireError as exc:
-                    log.warning("%s: dropped a malformed request: %s", self.name, exc)
-                    self.metrics.count("dropped_requests")
+                    parsed = self._parse(frames)
+                    if parsed is None:  # a ping
+                        continue
+                    identity, meta, arrays, n = parsed
+                except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
+                    self._drop_log(self.name, exc if isinstance(exc, wire.WireError)
+                                   else f"{type(exc).__name__}: {exc}")
+                    self.metrics.count("stale_run_requests_dropped" if isinstance(exc, StaleRunError)
+                                       else "dropped_requests")
                     continue
                 if rows + n > self.max_rows:  # answer it in the next call
                     self._answer(sock, batch, rows)

@@ -6,27 +6,57 @@ sample stream, validates each ``segment`` message, drops samples older than
 :class:`~jaxsrl.agent.Trajectory`, runs the jitted ``learn`` over the local devices,
 bumps the policy version and publishes the new parameters on device. Between
 updates it saves checkpoints when asked.
+
+Faults it guards against (each counted in the run metrics):
+
+* a malformed segment (not a ``segment`` of this schema, too many rows, ids of no
+  live actor, action versions from the future) is dropped with a (rate-limited)
+  logged reason: ``dropped_segments``; one from an earlier run of a restarted actor:
+  ``stale_run_segments_dropped``;
+* NaN or Inf in observations, rewards or log-probabilities: with
+  ``on_nonfinite="drop"`` the segment is dropped (``nonfinite_segments_dropped``),
+  with ``"raise"`` the trainer stops with :class:`NonFiniteError` (the run stops
+  naming it);
+* an update whose new learner state holds NaN or Inf is discarded: the previous
+  state is kept, nothing is published (``nonfinite_updates_skipped``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import zmq
 
-from jaxsrl import wire
+from jaxsrl import security, wire
 from jaxsrl.agent import Trajectory
 from jaxsrl.checkpoint import Checkpointer
 from jaxsrl.envs.spaces import action_leaf, obs_schema, space_leaves, unflatten_obs
 from jaxsrl.metrics import MetricsAccumulator
 from jaxsrl.params import ParameterStore
 from jaxsrl.workers.carry import CarryCodec
+from jaxsrl.workers.health import ActorTable, DropLog, StaleRunError, nonfinite_arrays
 
 log = logging.getLogger("jaxsrl.trainer")
+#: episode statistics keys the trainer accepts per run (a bound on metric names).
+MAX_EPISODE_KEYS = 256
+_TIMING_KEYS = ("env_s", "wait_s")
+
+
+class NonFiniteError(RuntimeError):
+    """A segment held NaN or Inf and the run is configured with ``on_nonfinite="raise"``."""
+
+
+def _all_finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
 def segment_schema(observation_space, action_space, T: int, carry: CarryCodec | None = None) -> dict:
@@ -63,6 +93,12 @@ class TrainerWorker:
         versions behind the learner (0 keeps everything).
       host: interface to bind.
       initial_carry: the agent's ``initial_carry`` (describes carry arrays in segments).
+      actors: the run's actor table; segments whose ids it does not accept are dropped
+        (``None``: any integer ids are accepted).
+      max_rows: most rows one segment may have (``None``: limited by the wire cap only).
+      on_nonfinite: ``"drop"`` or ``"raise"`` for segments holding NaN or Inf.
+      context: ZeroMQ context of the socket (default: the process-wide one).
+      curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
     """
 
     def __init__(self, name: str, policy: str, learn: Callable, put_batch: Callable, state: Any,
@@ -70,14 +106,34 @@ class TrainerWorker:
                  segment_length: int, batch_segments: int, store: ParameterStore,
                  metrics: MetricsAccumulator, checkpointer: Checkpointer | None = None,
                  max_staleness: int = 0, host: str = "127.0.0.1",
-                 initial_carry: Callable[[int], Any] = lambda n: None):
+                 initial_carry: Callable[[int], Any] = lambda n: None,
+                 actors: ActorTable | None = None, max_rows: int | None = None,
+                 on_nonfinite: str = "drop", context: zmq.Context | None = None,
+                 curve: tuple | None = None):
+        if on_nonfinite not in ("drop", "raise"):
+            raise ValueError(f"on_nonfinite={on_nonfinite!r} must be 'drop' or 'raise'")
         self.name, self.policy = name, policy
+        self.actors, self.on_nonfinite = actors, on_nonfinite
+        self._context, self._curve = context, curve
         self._learn, self._put_batch = learn, put_batch
         self.state, self.rng, self.version = state, rng, version
         self._carry = CarryCodec(initial_carry)
         self._schema = segment_schema(observation_space, action_space, segment_length, self._carry)
         self._obs_names = list(space_leaves(observation_space))
         self.batch_segments = batch_segments
+        self.T = segment_length
+        self.max_rows = max_rows
+        row_bytes = {k: math.prod(s.shape[1:]) * np.dtype(s.dtype).itemsize
+                     for k, s in self._schema.items()}
+        if max_rows is None:
+            self.max_bytes, self.max_frame_bytes = wire.DEFAULT_MAX_BYTES, -1
+        else:
+            self.max_bytes = max(1, max_rows * sum(row_bytes.values()))
+            self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, max_rows * max(row_bytes.values()))
+        self._float_names = [k for k in self._schema if not k.startswith("carry/")
+                             and k not in ("action", "terminated", "truncated", "version")]
+        self._episode_keys: set = set()
+        self._finite = jax.jit(_all_finite)
         self.store, self.metrics, self.checkpointer = store, metrics, checkpointer
         self.max_staleness, self.host = max_staleness, host
         self._pending: list[dict] = []
@@ -87,6 +143,9 @@ class TrainerWorker:
         self.stop = threading.Event()
         self.checkpoint_requested = threading.Event()
         self.error: BaseException | None = None
+        self._drop_log = DropLog(log, "segment")
+        self.serving = threading.Event()  # set after warm-up: segments are taken
+        self.heartbeat = time.monotonic()  # last turn of the learner loop
         self.extra_meta: dict = {}  # run counters saved with checkpoints (set by the launcher)
         store.publish(policy, version, state.params)
         metrics.set_version(policy, version)
@@ -114,15 +173,21 @@ class TrainerWorker:
     def run(self) -> None:
         """Learn until ``stop`` is set. Exceptions are kept in ``self.error``."""
         try:
-            sock = zmq.Context.instance().socket(zmq.PULL)
+            sock = (self._context or zmq.Context.instance()).socket(zmq.PULL)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVHWM, 4)  # small queue: backpressure bounds staleness
+            sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # bigger frames: disconnect
+            if self._curve is not None:
+                security.make_server(sock, *self._curve)
             port = sock.bind_to_random_port(f"tcp://{self.host}")
-            self.address = f"tcp://{self.host}:{port}"
+            self.address = f"tcp://{security.connect_host(self.host)}:{port}"
             self.ready.set()  # actors may connect while we compile
             try:
                 self.warmup()
+                self.heartbeat = time.monotonic()
+                self.serving.set()
                 while not self.stop.is_set():
+                    self.heartbeat = time.monotonic()
                     if self.checkpoint_requested.is_set():
                         self.save_checkpoint()
                     if sock.poll(100):
@@ -136,30 +201,85 @@ class TrainerWorker:
             self.ready.set()
             raise
 
+    def _validate(self, frames: list) -> wire.Message:
+        """Decode and check one message; raises ``WireError`` (or ``StaleRunError``)."""
+        msg = wire.decode(frames, max_bytes=self.max_bytes)
+        if msg.kind != "segment":
+            raise wire.WireError(f"expected a 'segment', got kind {msg.kind!r}")
+        actor = self.actors.check(msg.meta) if self.actors is not None else None
+        free = wire.check_arrays(msg.arrays, self._schema)
+        rows = set(free.values())
+        if len(rows) != 1:
+            raise wire.WireError(f"segment arrays disagree on the number of rows: {free}")
+        n = rows.pop()
+        if n == 0 or (self.max_rows is not None and n > self.max_rows):
+            raise wire.WireError(f"segment of {n} rows; this trainer takes 1..{self.max_rows}")
+        env_steps = msg.meta.get("env_steps", 0)
+        if type(env_steps) is not int or not 0 <= env_steps <= n * self.T:  # noqa: E721
+            raise wire.WireError(f"meta 'env_steps'={env_steps!r} is not an integer in "
+                                 f"0..{n * self.T} (rows x T)")
+        version = msg.arrays["version"]
+        lo, hi = int(version.min()), int(version.max())
+        if lo < 0 or hi > self.version:
+            raise wire.WireError(f"action versions {lo}..{hi} outside 0..{self.version} "
+                                 f"(the learner's current version)")
+        if actor is not None:
+            self.actors.seen(actor)
+        return msg
+
+    def _episodes(self, episodes: Any) -> list:
+        """Well-formed episode records of a segment (others are ignored)."""
+        if not isinstance(episodes, list):
+            return []
+        out = []
+        for episode in episodes[: 4096]:
+            if not isinstance(episode, dict):
+                continue
+            clean = {}
+            for key, value in episode.items():
+                if key == "team":
+                    if isinstance(value, str) and len(value) <= 64:
+                        clean[key] = value
+                    continue
+                if (type(value) not in (int, float) or not math.isfinite(value)
+                        or not isinstance(key, str) or len(key) > 128):
+                    continue
+                if key not in self._episode_keys:
+                    if len(self._episode_keys) >= MAX_EPISODE_KEYS:
+                        continue  # bounded metric names, whatever actors send
+                    self._episode_keys.add(key)
+                clean[key] = value
+            out.append(clean)
+        return out
+
     def _receive(self, frames: list) -> None:
         try:
-            msg = wire.decode(frames)
-            if msg.kind != "segment":
-                raise wire.WireError(f"expected a 'segment', got kind {msg.kind!r}")
-            free = wire.check_arrays(msg.arrays, self._schema)
-            if len(set(free.values())) != 1:
-                raise wire.WireError(f"segment arrays disagree on the number of rows: {free}")
-        except wire.WireError as exc:
-            log.warning("%s: dropped a malformed segment: %s", self.name, exc)
-            self.metrics.count("dropped_segments")
+            msg = self._validate(frames)
+        except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep learning)
+            self._drop_log(self.name, exc if isinstance(exc, wire.WireError)
+                           else f"{type(exc).__name__}: {exc}")
+            self.metrics.count("stale_run_segments_dropped" if isinstance(exc, StaleRunError)
+                               else "dropped_segments")
             return
         meta = msg.meta
-        env_steps = meta.get("env_steps", 0)
-        self.metrics.add_env_steps(int(env_steps) if isinstance(env_steps, int) else 0)
-        for episode in meta.get("episodes", []) if isinstance(meta.get("episodes"), list) else []:
-            if isinstance(episode, dict):
-                team = episode.get("team")
-                self.metrics.add_episode(episode)
-                if isinstance(team, str):
-                    self.metrics.add_episode(episode, suffix=f"/{team}")
+        bad = nonfinite_arrays(msg.arrays, self._float_names)
+        if bad:
+            reason = f"segment from actor {meta.get('actor')!r} holds NaN or Inf in {bad}"
+            if self.on_nonfinite == "raise":
+                raise NonFiniteError(f"{self.name}: {reason} (on_nonfinite='raise')")
+            self._drop_log(self.name, reason)
+            self.metrics.count("nonfinite_segments_dropped")
+            return
+        self.metrics.add_env_steps(meta.get("env_steps", 0))
+        for episode in self._episodes(meta.get("episodes")):
+            team = episode.get("team")
+            self.metrics.add_episode(episode)
+            if isinstance(team, str):
+                self.metrics.add_episode(episode, suffix=f"/{team}")
         timing = meta.get("timing")
         if isinstance(timing, dict):
-            self.metrics.add_means({k: v for k, v in timing.items() if isinstance(v, float)},
+            self.metrics.add_means({k: timing[k] for k in _TIMING_KEYS
+                                    if type(timing.get(k)) is float and math.isfinite(timing[k])},
                                    prefix="actor/")
         oldest = int(msg.arrays["version"].min())
         if self.max_staleness and self.version - oldest > self.max_staleness:
@@ -181,7 +301,15 @@ class TrainerWorker:
         staleness = self.version - host["version"]
         traj = self._trajectory(host)
         self.rng, key = jax.random.split(self.rng)
-        self.state, metrics = self._learn(self.state, self._put_batch(traj), key)
+        state, metrics = self._learn(self.state, self._put_batch(traj), key)
+        if not bool(self._finite(state)):
+            # Keep the previous state; the batch is consumed (learning from it again
+            # would likely fail again).
+            log.warning("%s: update %d produced NaN/Inf in the learner state; skipped it "
+                        "(previous parameters kept, nothing published)", self.name, self.version + 1)
+            self.metrics.count("nonfinite_updates_skipped")
+            return
+        self.state = state
         self.version += 1
         self.store.publish(self.policy, self.version, self.state.params)
         metrics = jax.device_get(metrics)
