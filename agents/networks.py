@@ -174,6 +174,31 @@ def head_for_space(space: gymnasium.spaces.Space) -> ActionHead:
     raise TypeError(f"unsupported action space {space!r}")
 
 
+def logits_to_distribution(out: jax.Array, head: ActionHead, log_std: jax.Array | None = None
+                           ) -> Distribution:
+    """The distribution of ``head`` from a policy network's raw output.
+
+    Args:
+      out: ``[..., n]`` logits (categorical), ``[..., sum(nvec)]`` concatenated logits
+        (multi-categorical) or ``[..., A]`` means (Gaussian).
+      head: the action head.
+      log_std: ``[A]`` learned log standard deviation (Gaussian only).
+    """
+    if head.kind == "categorical":
+        return Categorical(out, head.start[0])
+    if head.kind == "gaussian":
+        return DiagGaussian(out, log_std)
+    # Split the K groups of logits and pad each to n_max: [..., K, n_max].
+    n_max = max(head.sizes)
+    bounds = np.cumsum(head.sizes)[:-1]
+    groups = [
+        jnp.pad(g, [(0, 0)] * (g.ndim - 1) + [(0, n_max - g.shape[-1])],
+                constant_values=_PAD_LOGIT)
+        for g in jnp.split(out, bounds, axis=-1)
+    ]
+    return MultiCategorical(jnp.stack(groups, axis=-2), jnp.asarray(head.start))
+
+
 # ----------------------------------------------------------------------------------
 # Modules.
 
@@ -234,21 +259,7 @@ class ActorCritic(nn.Module):
             self.log_std = self.param("log_std", nn.initializers.zeros, (head.sizes[0],))
 
     def policy(self, x: jax.Array) -> Distribution:
-        out = self.policy_net(x)
-        head = self.head
-        if head.kind == "categorical":
-            return Categorical(out, head.start[0])
-        if head.kind == "gaussian":
-            return DiagGaussian(out, self.log_std)
-        # Split the K groups of logits and pad each to n_max: [..., K, n_max].
-        n_max = max(head.sizes)
-        bounds = np.cumsum(head.sizes)[:-1]
-        groups = [
-            jnp.pad(g, [(0, 0)] * (g.ndim - 1) + [(0, n_max - g.shape[-1])],
-                    constant_values=_PAD_LOGIT)
-            for g in jnp.split(out, bounds, axis=-1)
-        ]
-        return MultiCategorical(jnp.stack(groups, axis=-2), jnp.asarray(head.start))
+        return logits_to_distribution(self.policy_net(x), self.head, getattr(self, "log_std", None))
 
     def value(self, x: jax.Array) -> jax.Array:
         return self.value_net(x)[..., 0]

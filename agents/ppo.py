@@ -60,6 +60,15 @@ class PPOConfig:
     """Hidden layer widths of both the policy and the value MLP."""
     activation: str = "tanh"
     """Hidden activation: one of ``networks.ACTIVATIONS`` (tanh, relu, gelu, ...)."""
+    network: str = "mlp"
+    """``mlp`` (feed-forward, any Box/Dict observation) or ``entity_lstm`` (entity
+    attention + LSTM for hide-and-seek; see ``agents/ppo_recurrent.py``)."""
+    attention_heads: int = 4
+    """Heads of the entity self-attention (``entity_lstm`` only)."""
+    normalize_observations: bool = False
+    """Running mean/std observation normalisation (``entity_lstm`` only)."""
+    normalize_values: bool = False
+    """Value targets scaled by a running return mean/std (``entity_lstm`` only)."""
 
 
 class PPOState(NamedTuple):
@@ -194,6 +203,11 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
       ``AgentFns``. ``act`` has an extra static keyword ``deterministic=False`` that
       takes the most likely action instead of sampling (``logp`` is still of it).
     """
+    if config.network == "entity_lstm":
+        from agents.ppo_recurrent import make_recurrent  # noqa: PLC0415
+        return make_recurrent(config, spec, num_updates, ppo_loss, PPOState)
+    if config.network != "mlp":
+        raise ValueError(f"unknown network {config.network!r}; valid: 'mlp', 'entity_lstm'")
     if config.activation not in networks.ACTIVATIONS:
         raise ValueError(f"activation {config.activation!r} not in "
                          f"{sorted(networks.ACTIVATIONS)}")

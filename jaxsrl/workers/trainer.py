@@ -275,7 +275,9 @@ class TrainerWorker:
             team = episode.get("team")
             self.metrics.add_episode(episode)
             if isinstance(team, str):
-                self.metrics.add_episode(episode, suffix=f"/{team}")
+                # Per team only the return and length (the env's statistics are per game).
+                self.metrics.add_episode({k: episode[k] for k in ("return", "length") if k in episode},
+                                         suffix=f"/{team}")
         timing = meta.get("timing")
         if isinstance(timing, dict):
             self.metrics.add_means({k: timing[k] for k in _TIMING_KEYS

@@ -1,0 +1,165 @@
+"""Recurrent PPO with the entity-attention network, for hide-and-seek.
+
+Selected by ``PPOConfig.network = "entity_lstm"`` (``agents.ppo.make`` dispatches
+here). Differences from the feed-forward path in ``agents/ppo.py``:
+
+* the recurrent state travels with inference requests (the actor zeroes it at
+  episode start) and each segment carries its first-step carry; learning unrolls
+  the LSTM over the whole segment (BPTT length = ``segment_length``), zeroing the
+  carry after every step that ended an episode;
+* minibatches are sets of whole segments, not shuffled transitions;
+* observations are normalised with running statistics (``normalize_observations``)
+  and values with a running return scale (``normalize_values``: the value head
+  predicts ``(G - mean) / std``), both kept in ``params`` so that ``act`` and
+  checkpoints see them;
+* a non-finite gradient skips the optimiser step (``optax.apply_if_finite``).
+
+The loss is ``agents.ppo.ppo_loss`` (Schulman et al. 2017, eq. 7, 9); advantages are
+GAE (Schulman et al. 2016) with bootstrapping through truncation.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents import networks, normalization as nz
+from agents.entity_network import RecurrentEntityActorCritic, widths
+from agents.returns import bootstrap_values, gae
+from jaxsrl.agent import AgentFns, EnvSpec, Trajectory
+
+
+def _unstack_constants(dist):
+    """``lax.scan`` stacks a distribution's per-step constants (``start``, ``log_std``)
+    along time; keep one copy so they broadcast against ``[T, b, ...]`` leaves."""
+    if isinstance(dist, networks.DiagGaussian):
+        return dist._replace(log_std=dist.log_std[0])
+    return dist._replace(start=dist.start[0])
+
+
+def make_recurrent(config, spec: EnvSpec, num_updates: int, ppo_loss, state_cls) -> AgentFns:
+    """Build recurrent PPO's pure functions (see module docstring).
+
+    ``state.params`` is ``{"net": variables, "obs_stats": ..., "ret_stats": ...}``.
+    """
+    net = RecurrentEntityActorCritic(networks.head_for_space(spec.action_space),
+                                     width=widths(config.hidden_sizes), heads=config.attention_heads)
+    obs_space = spec.observation_space
+    steps_per_update = config.num_epochs * config.num_minibatches
+    lr = (optax.linear_schedule(config.learning_rate, 0.0, max(1, num_updates * steps_per_update))
+          if config.anneal_lr else optax.constant_schedule(config.learning_rate))
+    optimiser = optax.apply_if_finite(optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5)),
+        max_consecutive_errors=1_000_000)
+
+    def initial_carry(n: int):
+        return net.initial_carry(n)
+
+    def _obs(params, obs):
+        return nz.normalize_obs(params["obs_stats"], obs) if config.normalize_observations else obs
+
+    def init(rng):
+        dummy = networks.dummy_observation(obs_space)
+        variables = net.init(rng, dummy, initial_carry(1), jnp.zeros((1,), bool))
+        params = {"net": variables,
+                  "obs_stats": nz.init_obs_stats(jax.tree.map(lambda x: x[0], dummy)),
+                  "ret_stats": nz.init_stats(())}
+        return state_cls(params, optimiser.init(variables), jnp.zeros((), jnp.int32))
+
+    def act(params, obs, carry, rng, *, deterministic: bool = False):
+        dist, _, carry = net.apply(params["net"], _obs(params, obs), carry,
+                                   jnp.zeros(jax.tree.leaves(obs)[0].shape[:1], bool))
+        action = networks.mode(dist) if deterministic else networks.sample(dist, rng)
+        return action, carry, {"logp": networks.log_prob(dist, action)}
+
+    def unroll(variables, obs, final_obs, reset, carry):
+        """Time-major unroll. obs ``[T+1, b, ...]``, final_obs ``[T, b, ...]`` (or None),
+        reset ``[T+1, b]``. Returns (dists over T+1, values [T+1, b], final values [T, b]
+        or None)."""
+        T = reset.shape[0] - 1
+
+        def step(carry, inputs):
+            o, r = inputs
+            dist, value, carry = net.apply(variables, o, carry, r)
+            return carry, (dist, value, carry[1])
+
+        _, (dists, values, v_carries) = jax.lax.scan(step, carry, (obs, reset))
+        dists = _unstack_constants(dists)
+        if final_obs is None:
+            return dists, values, None
+        # Value of each final observation continues from the value carry after step t.
+        v_final, _ = jax.vmap(lambda o, c: net.apply(variables, o, c, jnp.zeros(o_rows(o), bool),
+                                                     method="value"))(
+            final_obs, jax.tree.map(lambda x: x[:T], v_carries))
+        return dists, values, v_final
+
+    def o_rows(o):
+        return jax.tree.leaves(o)[0].shape[:1]
+
+    def learn(state, traj: Trajectory, rng):
+        B, T = traj.reward.shape
+        if B % config.num_minibatches:
+            raise ValueError(f"B={B} segments not divisible by num_minibatches={config.num_minibatches}")
+        params = state.params
+        if config.normalize_observations:
+            params = {**params, "obs_stats": nz.update_obs_stats(
+                params["obs_stats"], jax.tree.map(lambda x: x[:, :T], traj.obs))}
+        tm = lambda x: jnp.swapaxes(x, 0, 1)  # [B, T, ...] -> [T, B, ...]
+        obs = jax.tree.map(tm, _obs(params, traj.obs))
+        final_obs = jax.tree.map(tm, _obs(params, traj.final_obs))
+        done = jnp.logical_or(traj.terminated, traj.truncated)
+        reset = jnp.concatenate([jnp.zeros((B, 1), bool), done], axis=1)  # [B, T+1]: before step t
+        _, v_norm, vf_norm = unroll(params["net"], obs, final_obs, tm(reset), traj.carry)
+        rs = params["ret_stats"]
+        scale = (lambda v: v * jnp.sqrt(rs.var + 1e-8) + rs.mean) if config.normalize_values else (lambda v: v)
+        v_obs, v_final = scale(v_norm), scale(vf_norm)  # [T+1, B], [T, B]
+        v_tp1 = bootstrap_values(v_obs, v_final, tm(traj.truncated))
+        adv, ret = gae(tm(traj.reward).astype(jnp.float32),
+                       config.gamma * (1.0 - tm(traj.terminated).astype(jnp.float32)),
+                       v_obs[:T], v_tp1, tm(done), config.gae_lambda)  # [T, B]
+        if config.normalize_values:
+            rs = nz.update_stats(rs, ret)
+            params = {**params, "ret_stats": rs}
+        target = (ret - rs.mean) / jnp.sqrt(rs.var + 1e-8) if config.normalize_values else ret
+        old_value = (v_obs[:T] - rs.mean) / jnp.sqrt(rs.var + 1e-8) if config.normalize_values else v_obs[:T]
+        data = dict(obs=obs, reset=tm(reset), action=tm(traj.action),
+                    logp=tm(traj.behaviour_logp), adv=adv, target=target, old_value=old_value)
+
+        def loss_fn(variables, mb, carry):
+            dists, values, _ = unroll(variables, mb["obs"], None, mb["reset"], carry)
+            dist = jax.tree.map(lambda x: x[:T], dists)
+            flat = lambda x: x.reshape((-1,) + x.shape[2:])
+            out = ppo_loss(flat(networks.log_prob(dist, mb["action"])), flat(mb["logp"]),
+                           flat(mb["adv"]), flat(values[:T]), flat(mb["old_value"]),
+                           flat(mb["target"]), flat(networks.entropy(dist)),
+                           clip_eps=config.clip_eps, vf_coef=config.vf_coef, ent_coef=config.ent_coef,
+                           clip_value_loss=config.clip_value_loss,
+                           normalize_advantages=config.normalize_advantages)
+            return out.total, out
+
+        def sgd_step(carry, idx):
+            variables, opt_state = carry
+            mb = jax.tree.map(lambda x: x[:, idx], data)  # segments idx, time-major
+            seg_carry = jax.tree.map(lambda x: x[idx], traj.carry)
+            grads, out = jax.grad(loss_fn, has_aux=True)(variables, mb, seg_carry)
+            updates, opt_state = optimiser.update(grads, opt_state, variables)
+            variables = optax.apply_updates(variables, updates)
+            return (variables, opt_state), {
+                "loss/total": out.total, "loss/policy": out.policy, "loss/value": out.value,
+                "loss/entropy": out.entropy, "approx_kl": out.approx_kl,
+                "clip_fraction": out.clip_fraction, "grad_norm": optax.tree.norm(grads)}
+
+        def epoch(carry, key):
+            perm = jax.random.permutation(key, B).reshape(config.num_minibatches, -1)
+            return jax.lax.scan(sgd_step, carry, perm)
+
+        (variables, opt_state), metrics = jax.lax.scan(
+            epoch, (params["net"], state.opt_state), jax.random.split(rng, config.num_epochs))
+        metrics = jax.tree.map(jnp.mean, metrics)
+        metrics.update(value_mean=jnp.mean(v_obs[:T]), advantage_mean=jnp.mean(adv),
+                       return_std=jnp.sqrt(rs.var),
+                       nonfinite_grads=jnp.asarray(opt_state.total_notfinite, jnp.float32))
+        return state_cls({**params, "net": variables}, opt_state, state.update_step + 1), metrics
+
+    return AgentFns(init=init, act=act, learn=learn, initial_carry=initial_carry)
