@@ -38,6 +38,39 @@ def _unstack_constants(dist):
     return dist._replace(start=dist.start[0])
 
 
+def unroll_network(net, variables, obs, final_obs, reset, carry):
+    """Run the recurrent network over a segment, time-major.
+
+    Args:
+      net: a ``RecurrentEntityActorCritic``.
+      variables: its Flax variables.
+      obs: observation leaves ``[T + 1, b, ...]`` (the last is the bootstrap one).
+      final_obs: leaves ``[T, b, ...]``: last observations of truncated episodes, or
+        ``None`` to skip their values.
+      reset: ``[T + 1, b]`` bool: zero the carry before step ``t`` (a new episode).
+      carry: the carry before step 0 (``[b, ...]`` leaves).
+
+    Returns:
+      ``(dists, values [T + 1, b], final_values [T, b] or None)``; the value of
+      ``final_obs[t]`` continues from the value carry after step ``t``.
+    """
+    def step(c, inputs):
+        o, r = inputs
+        dist, value, c = net.apply(variables, o, c, r)
+        return c, (dist, value, c[1])
+
+    _, (dists, values, v_carries) = jax.lax.scan(step, carry, (obs, reset))
+    dists = _unstack_constants(dists)
+    if final_obs is None:
+        return dists, values, None
+    T = reset.shape[0] - 1
+    rows = jax.tree.leaves(final_obs)[0].shape[1]
+    v_final, _ = jax.vmap(lambda o, c: net.apply(variables, o, c, jnp.zeros((rows,), bool),
+                                                 method="value"))(
+        final_obs, jax.tree.map(lambda x: x[:T], v_carries))
+    return dists, values, v_final
+
+
 def make_recurrent(config, spec: EnvSpec, num_updates: int, ppo_loss, state_cls) -> AgentFns:
     """Build recurrent PPO's pure functions (see module docstring).
 
@@ -74,28 +107,7 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, ppo_loss, state_cls)
         return action, carry, {"logp": networks.log_prob(dist, action)}
 
     def unroll(variables, obs, final_obs, reset, carry):
-        """Time-major unroll. obs ``[T+1, b, ...]``, final_obs ``[T, b, ...]`` (or None),
-        reset ``[T+1, b]``. Returns (dists over T+1, values [T+1, b], final values [T, b]
-        or None)."""
-        T = reset.shape[0] - 1
-
-        def step(carry, inputs):
-            o, r = inputs
-            dist, value, carry = net.apply(variables, o, carry, r)
-            return carry, (dist, value, carry[1])
-
-        _, (dists, values, v_carries) = jax.lax.scan(step, carry, (obs, reset))
-        dists = _unstack_constants(dists)
-        if final_obs is None:
-            return dists, values, None
-        # Value of each final observation continues from the value carry after step t.
-        v_final, _ = jax.vmap(lambda o, c: net.apply(variables, o, c, jnp.zeros(o_rows(o), bool),
-                                                     method="value"))(
-            final_obs, jax.tree.map(lambda x: x[:T], v_carries))
-        return dists, values, v_final
-
-    def o_rows(o):
-        return jax.tree.leaves(o)[0].shape[:1]
+        return unroll_network(net, variables, obs, final_obs, reset, carry)
 
     def learn(state, traj: Trajectory, rng):
         B, T = traj.reward.shape
