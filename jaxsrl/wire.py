@@ -188,3 +188,17 @@ def check_arrays(arrays: Mapping[str, np.ndarray], expected: Mapping[str, ArrayS
             if e is None:
                 free[f"{name}.{i}"] = d
     return free
+
+
+def check_rows(arrays: Mapping[str, np.ndarray], expected: Mapping[str, ArraySpec],
+               what: str = "message") -> int:
+    """:func:`check_arrays`, then the one leading size (rows) that every array shares.
+
+    Raises:
+      WireError: as :func:`check_arrays`, or the arrays disagree on the number of rows.
+    """
+    free = check_arrays(arrays, expected)
+    rows = {size for name, size in free.items() if name.endswith(".0")}
+    if len(rows) != 1:
+        raise WireError(f"{what} arrays disagree on the number of rows: {free}")
+    return rows.pop()

@@ -146,11 +146,7 @@ class PolicyWorker:
         if type(group) is not int or not 0 <= group < _MAX_GROUP:  # noqa: E721
             raise wire.WireError(f"meta 'group' must be a small non-negative integer, got {group!r}")
         actor = self.actors.check(msg.meta) if self.actors is not None else None
-        free = wire.check_arrays(msg.arrays, self._schema)
-        rows = set(free.values())
-        if len(rows) != 1:
-            raise wire.WireError(f"observation arrays disagree on the number of rows: {free}")
-        n = rows.pop()
+        n = wire.check_rows(msg.arrays, self._schema, "observation")
         if not 0 < n <= self.max_rows:
             raise wire.WireError(f"request of {n} rows; this server takes 1..{self.max_rows}")
         if actor is not None:

@@ -207,11 +207,7 @@ class TrainerWorker:
         if msg.kind != "segment":
             raise wire.WireError(f"expected a 'segment', got kind {msg.kind!r}")
         actor = self.actors.check(msg.meta) if self.actors is not None else None
-        free = wire.check_arrays(msg.arrays, self._schema)
-        rows = set(free.values())
-        if len(rows) != 1:
-            raise wire.WireError(f"segment arrays disagree on the number of rows: {free}")
-        n = rows.pop()
+        n = wire.check_rows(msg.arrays, self._schema, "segment")
         if n == 0 or (self.max_rows is not None and n > self.max_rows):
             raise wire.WireError(f"segment of {n} rows; this trainer takes 1..{self.max_rows}")
         env_steps = msg.meta.get("env_steps", 0)
