@@ -1,0 +1,244 @@
+"""Learning curves from ``LOGDIR/metrics.jsonl`` as PNG files (matplotlib, headless).
+
+One figure (``out``) holds the episode return against environment steps and against
+wall-clock time, the per-team returns of multi-agent runs (``episode_return_mean/<team>``)
+and any extra metric keys asked for. When the runs report episode statistics
+(``episode/<name>``, e.g. hide-and-seek's phase statistics), a second figure
+``<out stem>_episode.png`` shows them, one panel each::
+
+    paths = plot_runs(["runs/a", "runs/b", "runs/c"], "curves.png")
+
+Runs with the same label (default: the agent name from ``config.json``) form a group
+drawn in one colour: each run as a thin line and, with two or more runs, their mean
+(bold) and +-1 std (shaded) on the x range all of them cover. Used by
+``scripts/plot.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+
+RETURN_KEY = "episode_return_mean"
+
+
+@dataclasses.dataclass
+class Run:
+    """One run's metrics: ``records`` are the lines of its ``metrics.jsonl``."""
+
+    logdir: str
+    label: str
+    records: list
+
+    def keys(self) -> set:
+        return {k for r in self.records for k in r}
+
+    def series(self, key: str, x: str = "env_steps") -> tuple[np.ndarray, np.ndarray]:
+        """``(x, y)`` of the records where both are finite numbers; ``x="wall_time_s"``
+        is made monotonic across resumed runs (each process restarts its clock)."""
+        xs, ys, offset, last = [], [], 0.0, None
+        for r in self.records:
+            xv = r.get(x)
+            if not _is_number(xv):
+                continue
+            if x == "wall_time_s":
+                if last is not None and xv + offset < last:
+                    offset = last
+                xv = xv + offset
+                last = xv
+            yv = r.get(key)
+            if _is_number(yv):
+                xs.append(float(xv))
+                ys.append(float(yv))
+        return np.asarray(xs), np.asarray(ys)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def load_metrics(logdir: str) -> list:
+    """The records of ``LOGDIR/metrics.jsonl`` (a truncated last line is skipped).
+
+    Raises:
+      FileNotFoundError: no metrics file.
+    """
+    path = os.path.join(logdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no metrics file {path}")
+    records = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line being written when we read
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
+def default_label(logdir: str) -> str:
+    """The agent name from ``config.json``, else the folder name."""
+    try:
+        with open(os.path.join(logdir, "config.json")) as f:
+            agent = json.load(f).get("agent")
+        if isinstance(agent, str) and agent:
+            return agent
+    except (OSError, ValueError, AttributeError):
+        pass
+    return os.path.basename(os.path.normpath(logdir))
+
+
+def load_runs(logdirs: Sequence[str], labels: Sequence[str] | None = None) -> list:
+    if labels is not None and len(labels) != len(logdirs):
+        raise ValueError(f"{len(labels)} labels for {len(logdirs)} run folders")
+    return [Run(d, labels[i] if labels else default_label(d), load_metrics(d))
+            for i, d in enumerate(logdirs)]
+
+
+def smooth(y: np.ndarray, weight: float) -> np.ndarray:
+    """TensorBoard-style exponential moving average (debiased); ``weight`` in [0, 1)."""
+    if weight <= 0 or len(y) == 0:
+        return y
+    out, acc, norm = np.empty_like(y, dtype=np.float64), 0.0, 0.0
+    for i, v in enumerate(y):
+        acc = weight * acc + (1 - weight) * v
+        norm = weight * norm + (1 - weight)
+        out[i] = acc / norm
+    return out
+
+
+def aggregate(curves: list, points: int = 200):
+    """Mean and std of several ``(x, y)`` curves on a common grid over the x range all
+    of them cover; ``None`` if fewer than two curves or no overlap."""
+    curves = [(x, y) for x, y in curves if len(x) >= 2]
+    if len(curves) < 2:
+        return None
+    lo = max(x.min() for x, _ in curves)
+    hi = min(x.max() for x, _ in curves)
+    if not hi > lo:
+        return None
+    grid = np.linspace(lo, hi, points)
+    ys = np.stack([np.interp(grid, x, y) for x, y in curves])
+    return grid, ys.mean(0), ys.std(0)
+
+
+def _groups(runs: list) -> dict:
+    groups: dict = {}
+    for run in runs:
+        groups.setdefault(run.label, []).append(run)
+    return groups
+
+
+def _panel(ax, runs: list, key: str, x: str, smoothing: float, colors: dict) -> bool:
+    """Draw ``key`` against ``x`` for every group; False if no run has the key."""
+    drawn = False
+    for label, members in _groups(runs).items():
+        color = colors[label]
+        curves = []
+        for run in members:
+            xs, ys = run.series(key, x)
+            if len(xs) == 0:
+                continue
+            ys = smooth(ys, smoothing)
+            curves.append((xs, ys))
+            single = len(members) == 1
+            ax.plot(xs, ys, color=color, lw=1.6 if single else 0.8, alpha=1.0 if single else 0.35,
+                    marker="o" if len(xs) < 3 else None, ms=3,
+                    label=f"{label}" if single else None)
+            drawn = True
+        agg = aggregate(curves)
+        if agg is not None:
+            grid, mean, std = agg
+            ax.plot(grid, mean, color=color, lw=2.0, label=f"{label} (mean of {len(curves)})")
+            ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, lw=0)
+        elif len(curves) > 1:
+            ax.plot([], [], color=color, label=f"{label} ({len(curves)} runs)")
+    ax.set_title(key if x == "env_steps" else f"{key} vs wall-clock", fontsize=9)
+    ax.set_xlabel("environment steps" if x == "env_steps" else "wall-clock time (s)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    if not drawn:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, fontsize=8)
+    return drawn
+
+
+def _figure(panels: list, runs: list, smoothing: float, path: str, title: str, cols: int) -> str:
+    from matplotlib.figure import Figure  # noqa: PLC0415 (headless: no pyplot, no display)
+    from matplotlib import colormaps  # noqa: PLC0415
+    cols = max(1, min(cols, len(panels)))
+    rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(4.6 * cols, 3.3 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    cmap = colormaps["tab10"]
+    colors = {label: cmap(i % 10) for i, label in enumerate(_groups(runs))}
+    for ax, (key, x) in zip(axes, panels):
+        _panel(ax, runs, key, x, smoothing, colors)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        axes[0].legend(handles, labels, fontsize=7, loc="best")
+    fig.suptitle(title, fontsize=10)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def episode_stat_keys(runs: list, patterns: Sequence[str] | None = None) -> list:
+    """``episode/<name>`` keys of the runs (per-team copies ``episode/<name>/<team>``
+    left out), filtered by shell-style ``patterns`` if given."""
+    keys = sorted(k for run in runs for k in run.keys()
+                  if k.startswith("episode/") and k.count("/") == 1)
+    keys = list(dict.fromkeys(keys))
+    if patterns:
+        keys = [k for k in keys if any(fnmatch.fnmatch(k, p) for p in patterns)]
+    return keys
+
+
+def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = None,
+              smoothing: float = 0.0, keys: Sequence[str] = (),
+              stats: Sequence[str] | None = None, episode_stats: bool = True) -> list:
+    """Write the learning-curve PNG(s) of ``logdirs``; returns the files written.
+
+    Args:
+      logdirs: run folders (each with ``metrics.jsonl``).
+      out: PNG path of the returns figure.
+      labels: one label per run (same label = same group); default: agent names.
+      smoothing: EMA weight in [0, 1) applied to every curve.
+      keys: extra metric keys to plot against environment steps (e.g. ``loss/total``).
+      stats: shell patterns selecting the ``episode/...`` panels (default: all).
+      episode_stats: write the episode-statistics figure when there are any.
+
+    Raises:
+      FileNotFoundError: a run folder without ``metrics.jsonl``.
+      ValueError: bad labels or smoothing.
+    """
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing={smoothing} must be in [0, 1)")
+    runs = load_runs(logdirs, labels)
+    all_keys = set().union(*(run.keys() for run in runs))
+    team_keys = sorted(k for k in all_keys if k.startswith(RETURN_KEY + "/"))
+    panels = [(RETURN_KEY, "env_steps"), (RETURN_KEY, "wall_time_s")]
+    panels += [(k, "env_steps") for k in team_keys]
+    panels += [(k, "env_steps") for k in keys]
+    names = ", ".join(sorted({r.label for r in runs}))
+    written = [_figure(panels, runs, smoothing, out,
+                       f"{names}: {len(runs)} run(s)", cols=2 if len(panels) <= 4 else 3)]
+    stat_keys = episode_stat_keys(runs, stats) if episode_stats else []
+    if stat_keys:
+        root, ext = os.path.splitext(out)
+        path = f"{root}_episode{ext or '.png'}"
+        written.append(_figure([(k, "env_steps") for k in stat_keys], runs, smoothing, path,
+                               f"{names}: episode statistics", cols=4))
+    return written
