@@ -266,9 +266,8 @@ def train(cfg: Any) -> dict:
                 actors.append(ActorProcess(f"{a.name}[{k}]", spec_, table=table,
                                            env=keys.client_env(idx) if keys else None))
                 actors[-1].start()
-        record = _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actors,
-                               table, seed_base)
-        return record | {"logdir": logdir}
+        record.update(_control_loop(cfg, clock, metrics, writer, workers, threads, trainers,
+                                    actors, table, seed_base))
     finally:
         # A second SIGTERM (e.g. from a process manager) must not cut the cleanup short.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -286,6 +285,14 @@ def train(cfg: Any) -> dict:
             for ckpt in checkpointers:
                 ckpt.close()
             if writer is not None:
+                # Learners finish their last update after the control loop ends: one
+                # closing line with the counters the final checkpoint holds.
+                closing = {k: v for k, v in metrics.snapshot(1.0).items()
+                           if k == "env_steps" or k.startswith("policy_version")
+                           or isinstance(v, int)}
+                closing.update(wall_time_s=clock(), final=True)
+                writer.write(closing)
+                record.update({k: v for k, v in closing.items() if k != "final"})
                 writer.close()
             if auth is not None:
                 auth.stop()
@@ -294,6 +301,7 @@ def train(cfg: Any) -> dict:
             log.info("stopped after %.1f s; logs in %s", clock(), logdir)
         finally:
             signal.signal(signal.SIGTERM, old_handler)
+    return record | {"logdir": logdir}
 
 
 def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actors, table,
@@ -363,7 +371,8 @@ def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actor
             record = metrics.snapshot(now - last_log) | {"wall_time_s": now}
             last_log = now
             writer.write(record)
-            log.info(console_line(record))
+            if writer.progress is None:  # the progress bar shows the same figures
+                log.info(console_line(record))
             ret = record.get("episode_return_mean")
             if cfg.target_return is not None and ret is not None and ret >= cfg.target_return:
                 log.info("target return %.1f reached", cfg.target_return)

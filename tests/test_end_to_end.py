@@ -30,7 +30,11 @@ def test_cartpole_through_real_actor_processes(tmp_path):
     assert record["policy_version"] >= 2  # the learner updated and published parameters
     records = _records(logdir)
     assert any("episode_return_mean" in r for r in records)
-    assert {"fps", "staleness_mean", "loss/total", "wall_time_s"} <= set(records[-1])
+    intervals = [r for r in records if not r.get("final")]
+    assert {"fps", "staleness_mean", "loss/total", "wall_time_s"} <= set(intervals[-1])
+    closing = records[-1]  # written after the learner stopped: matches the final checkpoint
+    assert closing["final"] and closing["policy_version"] == record["policy_version"]
+    assert closing["env_steps"] == record["env_steps"] >= intervals[-1]["env_steps"]
     assert os.listdir(os.path.join(logdir, "checkpoints", "default"))
     assert _no_children()  # every actor process exited
 
