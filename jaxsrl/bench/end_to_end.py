@@ -64,9 +64,11 @@ def read_records(logdir: str) -> list[dict]:
     with open(path) as f:
         for line in f:
             try:
-                out.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:  # a line being written
                 break
+            if not record.get("final"):  # the closing line has counters only, no rates
+                out.append(record)
     return out
 
 
