@@ -73,6 +73,11 @@ class RunConfig:
     actor_heartbeat_timeout_s: float = 60.0
     """An actor silent this long while the servers are responsive is hung: it is killed and
     restarted (0 disables)."""
+    eval_every: int = 0
+    """Evaluate the newest checkpoint every this many policy versions, in a separate
+    process, logging ``eval/*`` metrics (0: off; see ``jaxsrl/periodic_eval.py``)."""
+    eval_episodes: int = 5
+    """Episodes per periodic evaluation (deterministic actions)."""
     max_actor_restarts: int = 10
     """Crashed or hung actors are restarted up to this many times per run (all actors
     together), then the run stops."""
@@ -110,7 +115,7 @@ class RunConfig:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
         positive = ["total_env_steps", "num_actors", "envs_per_actor", "ring_size",
-                    "segment_length", "batch_segments", "keep_checkpoints"]
+                    "segment_length", "batch_segments", "keep_checkpoints", "eval_episodes"]
         for name in positive:
             value = getattr(self, name)
             if value <= 0:
@@ -118,7 +123,7 @@ class RunConfig:
         if self.envs_per_actor % self.ring_size:
             raise ValueError(f"envs_per_actor={self.envs_per_actor} must be divisible by "
                              f"ring_size={self.ring_size}")
-        for name in ("max_staleness", "max_actor_restarts", "inference_deadline_ms",
+        for name in ("max_staleness", "max_actor_restarts", "inference_deadline_ms", "eval_every",
                      "actor_heartbeat_timeout_s"):
             value = getattr(self, name)
             if not value >= 0:

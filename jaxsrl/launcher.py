@@ -40,6 +40,7 @@ from jaxsrl.checkpoint import Checkpointer
 from jaxsrl.envs import env_spaces, env_teams
 from jaxsrl.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
 from jaxsrl.params import ParameterStore
+from jaxsrl.periodic_eval import PeriodicEvaluator
 from jaxsrl.workers.actor import EXIT_ENV_ERROR, EXIT_LEARNER_TIMEOUT, EXIT_SERVER_TIMEOUT
 from jaxsrl.workers.carry import CarryCodec
 from jaxsrl.workers.health import ActorTable
@@ -195,6 +196,7 @@ def train(cfg: Any) -> dict:
     auth = None
     old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
     record: dict = {}
+    evaluator: PeriodicEvaluator | None = None
     try:
         num_actor_procs = sum(a.count for a in flow.actors)
         keys = security.CurveKeys.generate(range(num_actor_procs)) if cfg.curve else None
@@ -266,12 +268,15 @@ def train(cfg: Any) -> dict:
                 actors.append(ActorProcess(f"{a.name}[{k}]", spec_, table=table,
                                            env=keys.client_env(idx) if keys else None))
                 actors[-1].start()
+        evaluator = PeriodicEvaluator(logdir, cfg.eval_every, cfg.eval_episodes)
         record.update(_control_loop(cfg, clock, metrics, writer, workers, threads, trainers,
-                                    actors, table, seed_base))
+                                    actors, table, seed_base, evaluator))
     finally:
         # A second SIGTERM (e.g. from a process manager) must not cut the cleanup short.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
+            if evaluator is not None:
+                evaluator.stop()
             stop_all(actors)
             for w in workers:
                 w.stop.set()
@@ -305,7 +310,7 @@ def train(cfg: Any) -> dict:
 
 
 def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actors, table,
-                  seed_base) -> dict:
+                  seed_base, evaluator) -> dict:
     last_log = last_ckpt = clock()
     record: dict = {}
     restarts = 0
@@ -383,6 +388,18 @@ def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actor
             last_ckpt = now
             for t in trainers.values():
                 t.checkpoint_requested.set()
+        if evaluator.every:
+            version = min(t.version for t in trainers.values())
+            if evaluator.due(version):
+                for t in trainers.values():
+                    t.checkpoint_requested.set()
+                evaluator.requested(version)
+            saved = None
+            if evaluator.pending_version is not None:
+                saved = min(t.checkpointer.latest_step() or -1 for t in trainers.values())
+            result = evaluator.poll(saved)
+            if result:
+                metrics.add_means(result)
 
 
 def _read_error(path: str | None) -> str:
