@@ -38,6 +38,7 @@ from jaxsrl import devices, security
 from jaxsrl.agent import EnvSpec
 from jaxsrl.checkpoint import Checkpointer
 from jaxsrl.envs import env_spaces, env_teams
+from jaxsrl.envs.spaces import action_leaf, space_leaves
 from jaxsrl.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
 from jaxsrl.params import ParameterStore
 from jaxsrl.periodic_eval import PeriodicEvaluator
@@ -122,6 +123,13 @@ def _exit_reason(code: int) -> str:
     return {EXIT_ENV_ERROR: "its environment raised", 0: "it stopped"}.get(code, f"exit code {code}")
 
 
+def _has_checkpoint(logdir: str) -> bool:
+    root = os.path.join(logdir, "checkpoints")
+    return os.path.isdir(root) and any(
+        name.isdigit() for policy in os.listdir(root) if os.path.isdir(os.path.join(root, policy))
+        for name in os.listdir(os.path.join(root, policy)))
+
+
 def default_logdir(cfg) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return os.path.join("runs", f"{cfg.env.replace('/', '_')}-{cfg.agent}-{stamp}")
@@ -159,14 +167,18 @@ def train(cfg: Any) -> dict:
         log.warning("servers bind %s without --curve: streams are unauthenticated plaintext "
                     "(anyone who can reach this host can send samples)", cfg.host)
     logdir = cfg.logdir or default_logdir(cfg)
-    os.makedirs(logdir, exist_ok=True)
-    with open(os.path.join(logdir, "config.json"), "w") as f:
-        json.dump(config_lib.to_dict(cfg) | {"logdir": logdir}, f, indent=2)
-
+    if cfg.resume and not _has_checkpoint(logdir):
+        raise FileNotFoundError(f"--resume: no checkpoint under {os.path.join(logdir, 'checkpoints')} "
+                                "(give the --logdir of a run that saved one)")
     from agents import get_agent  # noqa: PLC0415
     agent = get_agent(cfg.agent)
     obs_space, action_space = env_spaces(cfg.env, cfg.env_kwargs)
+    space_leaves(obs_space)  # ValueError naming an unsupported space, before anything starts
+    action_leaf(action_space)
     spec = EnvSpec(obs_space, action_space)
+    os.makedirs(logdir, exist_ok=True)
+    with open(os.path.join(logdir, "config.json"), "w") as f:
+        json.dump(config_lib.to_dict(cfg) | {"logdir": logdir}, f, indent=2)
     teams = env_teams(cfg.env, cfg.env_kwargs)  # team of each agent of one environment
 
     def rows_per_env(team) -> int:
@@ -244,7 +256,9 @@ def train(cfg: Any) -> dict:
             w.ready.wait()
             if w.error is not None:
                 raise ComponentDied(f"{w.name} failed to start: {w.error!r}") from w.error
-        log.info("workers ready after %.1f s (compiled %s on %d device(s))", clock(),
+        log.info("servers listening after %.1f s; starting actors while act (batch sizes %s) "
+                 "and learn compile on %d device(s) (the first run of a config compiles for "
+                 "longer; later runs hit the XLA cache)", clock(),
                  [s.buckets for s in servers.values()], n_dev)
         seed_base = cfg.seed + metrics.env_steps
         for a in flow.actors:

@@ -26,15 +26,22 @@ def main() -> int:
     except ValueError as exc:
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2
+    import gymnasium  # noqa: PLC0415
     from jaxsrl.launcher import ComponentDied, train  # noqa: PLC0415  (imports JAX)
+    log = logging.getLogger("jaxsrl")
     try:
         record = train(cfg)
     except ComponentDied as exc:
-        logging.error("run stopped: %s", exc)
+        log.error("run stopped: %s", exc)
         return 1
     except KeyboardInterrupt:
-        logging.warning("interrupted; checkpoint saved")
+        log.warning("interrupted; checkpoint saved")
         return 130
+    except (ValueError, TypeError, FileNotFoundError, gymnasium.error.Error) as exc:
+        # Problems found before training starts: unsupported spaces, a missing
+        # dependency of the environment, --resume without a checkpoint, device counts.
+        print(f"train.py: error: {exc}", file=sys.stderr)
+        return 2
     print(f"done: {record.get('env_steps')} env steps, "
           f"last episode_return_mean={record.get('episode_return_mean')}, logs in {record['logdir']}")
     return 0

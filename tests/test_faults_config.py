@@ -82,3 +82,18 @@ def test_train_py_prints_one_line_and_starts_nothing(tmp_path):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("train.py: error: ") and message in lines[0], err
     assert not children and not logdir.exists()
+
+
+def test_unsupported_space_and_resume_without_checkpoint_fail_in_one_line(tmp_path):
+    """train.py prints one line and exits 2, and writes nothing, for errors found in train()."""
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for args, needle in [(["--env=FrozenLake-v1"], "unsupported observation space Discrete(16)"),
+                         (["--resume"], "--resume: no checkpoint under")]:
+        logdir = tmp_path / args[0].strip("-").replace("=", "_")
+        proc = subprocess.run([sys.executable, os.path.join(repo, "scripts", "train.py"), *args,
+                               f"--logdir={logdir}"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert needle in proc.stderr and "Traceback" not in proc.stderr
+        assert not logdir.exists()
