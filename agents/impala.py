@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from agents import networks
+from agents.state import LearnerState
 from agents.returns import bootstrap_values
 from agents.vtrace import vtrace
 from jaxsrl.agent import Agent, AgentFns, EnvSpec, Trajectory
@@ -87,18 +88,7 @@ class IMPALAConfig:
     """Hidden activation: one of ``networks.ACTIVATIONS`` (tanh, relu, gelu, ...)."""
 
 
-class IMPALAState(NamedTuple):
-    """Learner state.
-
-    Attributes:
-      params: network variables (``{"params": ...}``), what ``act`` takes.
-      opt_state: optax state of the clip+Adam chain.
-      update_step: ``[]`` int32 number of ``learn`` calls so far.
-    """
-
-    params: chex.ArrayTree
-    opt_state: optax.OptState
-    update_step: jax.Array
+IMPALAState = LearnerState  # (params, opt_state, update_step); see agents/state.py
 
 
 class IMPALALoss(NamedTuple):

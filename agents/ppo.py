@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from agents import networks
+from agents.state import LearnerState
 from agents.returns import bootstrap_values, gae
 from jaxsrl.agent import Agent, AgentFns, EnvSpec, Trajectory
 
@@ -71,18 +72,7 @@ class PPOConfig:
     """Value targets scaled by a running return mean/std (``entity_lstm`` only)."""
 
 
-class PPOState(NamedTuple):
-    """Learner state.
-
-    Attributes:
-      params: network variables (``{"params": ...}``), what ``act`` takes.
-      opt_state: optax state of the clip+Adam chain.
-      update_step: ``[]`` int32 number of ``learn`` calls so far.
-    """
-
-    params: chex.ArrayTree
-    opt_state: optax.OptState
-    update_step: jax.Array
+PPOState = LearnerState  # (params, opt_state, update_step); see agents/state.py
 
 
 class PPOLoss(NamedTuple):
