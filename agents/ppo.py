@@ -71,6 +71,20 @@ class PPOConfig:
     normalize_values: bool = False
     """Value targets scaled by a running return mean/std (``entity_lstm`` only)."""
 
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first out-of-range hyperparameter."""
+        checks = [("learning_rate", self.learning_rate > 0), ("num_epochs", self.num_epochs >= 1),
+                  ("num_minibatches", self.num_minibatches >= 1), ("gamma", 0 <= self.gamma <= 1),
+                  ("gae_lambda", 0 <= self.gae_lambda <= 1), ("clip_eps", self.clip_eps > 0),
+                  ("vf_coef", self.vf_coef >= 0), ("ent_coef", self.ent_coef >= 0),
+                  ("max_grad_norm", self.max_grad_norm > 0), ("attention_heads", self.attention_heads >= 1),
+                  ("hidden_sizes", all(h >= 1 for h in self.hidden_sizes))]
+        for name, ok in checks:
+            if not ok:
+                raise ValueError(f"ppo.{name}={getattr(self, name)!r} is out of range")
+        if self.network not in ("mlp", "entity_lstm"):
+            raise ValueError(f"ppo.network={self.network!r}; valid: 'mlp', 'entity_lstm'")
+
 
 PPOState = LearnerState  # (params, opt_state, update_step); see agents/state.py
 

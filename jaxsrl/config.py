@@ -158,6 +158,9 @@ class RunConfig:
             if not isinstance(envs, int) or envs < 0 or envs % self.ring_size:
                 raise ValueError(f"actor group {group.name!r}: envs_per_actor={envs} must be a "
                                  f"positive multiple of ring_size={self.ring_size}")
+        agent_validate = getattr(self.agent_config(), "validate", None)
+        if agent_validate is not None:  # the agent's own hyperparameter checks
+            agent_validate()
 
 
 def config_class(agent_name: str, agent_config_cls: type) -> type:

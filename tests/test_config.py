@@ -85,3 +85,13 @@ def test_default_dataflow_is_valid():
 def test_broken_dataflows_are_rejected(data, match):
     with pytest.raises(ValueError, match=match):
         Dataflow.from_dict(data).validate()
+
+
+@pytest.mark.parametrize("flag, match", [
+    ("--ppo.learning_rate=-1", "ppo.learning_rate=-1.0 is out of range"),
+    ("--ppo.gamma=1.5", "ppo.gamma=1.5 is out of range"),
+    ("--ppo.network=cnn", "ppo.network='cnn'"),
+])
+def test_agent_hyperparameters_are_range_checked(flag, match):
+    with pytest.raises(ValueError, match=match):
+        load_config([flag])
