@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from agents import networks
+from agents.optim import clipped_adam
 from agents.state import LearnerState
 from agents.returns import bootstrap_values
 from agents.vtrace import vtrace
@@ -179,15 +180,8 @@ def make(config: IMPALAConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
     )
     obs_space = spec.observation_space
     steps_per_update = config.num_epochs * config.num_minibatches
-    if config.anneal_lr:
-        learning_rate = optax.linear_schedule(
-            config.learning_rate, 0.0, max(1, num_updates * steps_per_update))
-    else:
-        learning_rate = optax.constant_schedule(config.learning_rate)
-    optimiser = optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adam(learning_rate, eps=1e-5),
-    )
+    optimiser, learning_rate = clipped_adam(config.learning_rate, config.anneal_lr,
+                                            num_updates * steps_per_update, config.max_grad_norm)
 
     clip_rho = jnp.inf if config.clip_rho is None else config.clip_rho
 

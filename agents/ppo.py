@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from agents import networks
+from agents.optim import clipped_adam
 from agents.state import LearnerState
 from agents.returns import bootstrap_values, gae
 from jaxsrl.agent import Agent, AgentFns, EnvSpec, Trajectory
@@ -222,16 +223,8 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
     )
     obs_space = spec.observation_space
     steps_per_update = config.num_epochs * config.num_minibatches
-    if config.anneal_lr:
-        learning_rate = optax.linear_schedule(
-            config.learning_rate, 0.0, max(1, num_updates * steps_per_update)
-        )
-    else:
-        learning_rate = optax.constant_schedule(config.learning_rate)
-    optimiser = optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adam(learning_rate, eps=1e-5),
-    )
+    optimiser, learning_rate = clipped_adam(config.learning_rate, config.anneal_lr,
+                                            num_updates * steps_per_update, config.max_grad_norm)
 
     def init(rng: chex.PRNGKey) -> PPOState:
         dummy = networks.flatten_observation(

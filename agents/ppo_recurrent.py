@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from agents import networks, normalization as nz
+from agents.optim import clipped_adam
 from agents.entity_network import RecurrentEntityActorCritic, widths
 from agents.returns import bootstrap_values, gae
 from jaxsrl.agent import AgentFns, EnvSpec, Trajectory
@@ -80,11 +81,9 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, ppo_loss, state_cls)
                                      width=widths(config.hidden_sizes), heads=config.attention_heads)
     obs_space = spec.observation_space
     steps_per_update = config.num_epochs * config.num_minibatches
-    lr = (optax.linear_schedule(config.learning_rate, 0.0, max(1, num_updates * steps_per_update))
-          if config.anneal_lr else optax.constant_schedule(config.learning_rate))
-    optimiser = optax.apply_if_finite(optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5)),
-        max_consecutive_errors=1_000_000)
+    inner, _ = clipped_adam(config.learning_rate, config.anneal_lr, num_updates * steps_per_update,
+                            config.max_grad_norm)
+    optimiser = optax.apply_if_finite(inner, max_consecutive_errors=1_000_000)
 
     def initial_carry(n: int):
         return net.initial_carry(n)
