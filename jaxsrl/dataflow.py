@@ -36,6 +36,8 @@ class ActorGroup:
       envs_per_actor: environments per process (0: the run's ``envs_per_actor``).
       teams: for multi-agent envs with a policy per team: team -> ``[inference_stream,
         sample_stream]`` for that team's agents (then the two fields above are unused).
+      launch_prefix: command prefix that places the group's processes, e.g.
+        ``["ip", "netns", "exec", "host1"]`` or ``["ssh", "host1"]`` (empty: this machine).
     """
 
     name: str
@@ -44,6 +46,7 @@ class ActorGroup:
     sample_stream: str = ""
     envs_per_actor: int = 0
     teams: Optional[dict] = None
+    launch_prefix: tuple = ()
 
     def bindings(self) -> list:
         """``[(team or None, inference_stream, sample_stream), ...]`` of this group."""
@@ -129,6 +132,10 @@ class Dataflow:
         for a in self.actors:
             if a.count < 1:
                 raise ValueError(f"actor group {a.name!r} has count={a.count}; need >= 1")
+            if not isinstance(a.launch_prefix, (list, tuple)) or not all(
+                    isinstance(p, str) for p in a.launch_prefix):
+                raise ValueError(f"actor group {a.name!r}: launch_prefix must be a list of "
+                                 f"strings, got {a.launch_prefix!r}")
             if a.teams is not None and not all(
                     isinstance(v, (list, tuple)) and len(v) == 2 for v in a.teams.values()):
                 raise ValueError(f"actor group {a.name!r}: teams must map team -> "

@@ -18,14 +18,10 @@ naming it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
-import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from typing import Any
@@ -42,6 +38,8 @@ from jaxsrl.envs.spaces import action_leaf, space_leaves
 from jaxsrl.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
 from jaxsrl.params import ParameterStore
 from jaxsrl.periodic_eval import PeriodicEvaluator
+from jaxsrl.processes import ActorProcess, stop_all
+from jaxsrl.processes import exit_reason as _exit_reason
 from jaxsrl.workers.actor import EXIT_ENV_ERROR, EXIT_LEARNER_TIMEOUT, EXIT_SERVER_TIMEOUT
 from jaxsrl.workers.carry import CarryCodec
 from jaxsrl.workers.health import ActorTable
@@ -49,78 +47,10 @@ from jaxsrl.workers.policy import PolicyWorker
 from jaxsrl.workers.trainer import TrainerWorker
 
 log = logging.getLogger("jaxsrl")
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class ComponentDied(RuntimeError):
     """A worker of the run died; the message names it."""
-
-
-@dataclasses.dataclass
-class ActorProcess:
-    """One running actor process and how to start it again.
-
-    ``start`` gives the process a fresh run id and registers it in ``table`` (if
-    given) before the process exists, so the servers accept only the new run.
-    ``env`` holds extra environment variables (e.g. the CURVE keypair).
-    """
-
-    name: str
-    spec: dict
-    proc: subprocess.Popen | None = None
-    restarts: int = 0
-    table: ActorTable | None = None
-    env: dict | None = None
-    started_at: float = 0.0
-
-    def start(self) -> None:
-        self.spec = {**self.spec, "run_id": random.getrandbits(31)}
-        if self.table is not None:
-            self.table.register(self.spec["actor_id"], self.spec["run_id"])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        env.update(self.env or {})
-        self.started_at = time.monotonic()
-        # Own session: a terminal's Ctrl-C goes to the launcher only, which stops actors
-        # in order; PR_SET_PDEATHSIG (set by the actor) still kills them with the launcher.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jaxsrl.workers.actor", json.dumps(self.spec)], env=env,
-            start_new_session=True)
-
-    def stop(self, grace_s: float = 3.0) -> None:
-        stop_all([self], grace_s)
-
-    def kill(self) -> None:
-        """SIGKILL (works on a stopped or hung process too) and reap."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def stop_all(actors: list, grace_s: float = 3.0) -> None:
-    """SIGTERM every running actor at once, then SIGKILL those alive after ``grace_s``."""
-    running = [a for a in actors if a.proc is not None and a.proc.poll() is None]
-    for a in running:
-        try:
-            a.proc.terminate()
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace_s
-    for a in running:
-        try:
-            a.proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            a.kill()
-
-
-def _exit_reason(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return {EXIT_ENV_ERROR: "its environment raised", 0: "it stopped"}.get(code, f"exit code {code}")
 
 
 def _has_checkpoint(logdir: str) -> bool:
@@ -280,7 +210,8 @@ def train(cfg: Any) -> dict:
                          "error_file": error_file,
                          "curve_server_key": keys.server_public.decode() if keys else None}
                 actors.append(ActorProcess(f"{a.name}[{k}]", spec_, table=table,
-                                           env=keys.client_env(idx) if keys else None))
+                                           env=keys.client_env(idx) if keys else None,
+                                           prefix=tuple(a.launch_prefix)))
                 actors[-1].start()
         evaluator = PeriodicEvaluator(logdir, cfg.eval_every, cfg.eval_episodes)
         record.update(_control_loop(cfg, clock, metrics, writer, workers, threads, trainers,
