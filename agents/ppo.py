@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents import networks
+from agents import encoders, networks
+from agents import normalization as nz
 from agents.optim import clipped_adam
 from agents.state import LearnerState
 from agents.returns import bootstrap_values, gae
@@ -59,18 +60,22 @@ class PPOConfig:
     normalize_advantages: bool = True
     """Standardise advantages within each minibatch."""
     hidden_sizes: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of both the policy and the value MLP."""
+    """Hidden layer widths of both the policy and the value MLP (after the CNN for
+    image observations; ``()``: linear heads, as CleanRL's Atari PPO)."""
     activation: str = "tanh"
     """Hidden activation: one of ``networks.ACTIVATIONS`` (tanh, relu, gelu, ...)."""
     network: str = "mlp"
-    """``mlp`` (feed-forward, any Box/Dict observation) or ``entity_lstm`` (entity
+    """``mlp`` (feed-forward, any Box/Dict observation; uint8 ``[H, W, C]`` images get a
+    Nature CNN first, see ``agents/encoders.py``) or ``entity_lstm`` (entity
     attention + LSTM for hide-and-seek; see ``agents/ppo_recurrent.py``)."""
     attention_heads: int = 4
     """Heads of the entity self-attention (``entity_lstm`` only)."""
     normalize_observations: bool = False
-    """Running mean/std observation normalisation (``entity_lstm`` only)."""
+    """Running mean/std observation normalisation, clipped to +-10 (statistics in the
+    learner state, saved with checkpoints). For vector/MuJoCo observations."""
     normalize_values: bool = False
-    """Value targets scaled by a running return mean/std (``entity_lstm`` only)."""
+    """Value head predicts returns standardised by a running mean/std of the GAE returns
+    (plays the part of the reward scaling of PPO for MuJoCo, Engstrom et al. 2020)."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first out-of-range hyperparameter."""
@@ -216,22 +221,37 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
     if config.activation not in networks.ACTIVATIONS:
         raise ValueError(f"activation {config.activation!r} not in "
                          f"{sorted(networks.ACTIVATIONS)}")
-    net = networks.ActorCritic(
-        head=networks.head_for_space(spec.action_space),
-        hidden_sizes=tuple(config.hidden_sizes),
-        activation=config.activation,
-    )
     obs_space = spec.observation_space
+    # Vectors -> MLPs on the flat observation; images (uint8 [H, W, C]), alone or in a
+    # Dict -> Nature CNN per image key + flattened other keys (agents/encoders.py).
+    net, net_input = encoders.actor_critic(
+        obs_space, networks.head_for_space(spec.action_space), config.hidden_sizes,
+        config.activation)
     steps_per_update = config.num_epochs * config.num_minibatches
     optimiser, learning_rate = clipped_adam(config.learning_rate, config.anneal_lr,
                                             num_updates * steps_per_update, config.max_grad_norm)
 
+    def _obs(params, obs):
+        """Observations as the network sees them (normalised if configured)."""
+        if config.normalize_observations:
+            obs = nz.normalize_obs(params["obs_stats"], obs)
+        return net_input(obs)
+
+    def _unscale(params, v):
+        """Network value -> return units (identity unless ``normalize_values``)."""
+        if not config.normalize_values:
+            return v
+        rs = params["ret_stats"]
+        return v * jnp.sqrt(rs.var + 1e-8) + rs.mean
+
     def init(rng: chex.PRNGKey) -> PPOState:
-        dummy = networks.flatten_observation(
-            networks.dummy_observation(obs_space), obs_space
-        )
-        params = net.init(rng, dummy)
-        return PPOState(params, optimiser.init(params), jnp.zeros((), jnp.int32))
+        """Parameters ``{"net", "obs_stats", "ret_stats"}``, Adam state, step 0."""
+        dummy = networks.dummy_observation(obs_space)
+        variables = net.init(rng, net_input(dummy))
+        params = {"net": variables,
+                  "obs_stats": nz.init_obs_stats(jax.tree.map(lambda x: x[0], dummy)),
+                  "ret_stats": nz.init_stats(())}
+        return PPOState(params, optimiser.init(variables), jnp.zeros((), jnp.int32))
 
     def act(params, obs, carry, rng, *, deterministic: bool = False):
         """Actions ``[N, *act]`` for observations ``[N, *obs]``; ``carry`` passes through.
@@ -239,21 +259,17 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         ``deterministic`` (static) takes the mode instead of sampling. Box actions are
         unsquashed: clip them for the environment, store them unclipped.
         """
-        dist = net.apply(
-            params, networks.flatten_observation(obs, obs_space), method="policy"
-        )
+        dist = net.apply(params["net"], _obs(params, obs), method="policy")
         action = networks.mode(dist) if deterministic else networks.sample(dist, rng)
         return action, carry, {"logp": networks.log_prob(dist, action)}
 
     def value_fn(params, obs):
-        return net.apply(
-            params, networks.flatten_observation(obs, obs_space), method="value"
-        )
+        """Values in return units of observations ``[B, T, ...]``."""
+        return _unscale(params, net.apply(params["net"], _obs(params, obs), method="value"))
 
-    def loss_fn(params, batch: _Batch):
-        dist, value = net.apply(
-            params, networks.flatten_observation(batch.obs, obs_space)
-        )
+    def loss_fn(variables, batch: _Batch):
+        # batch.obs is already normalised; return_/old_value are in the value head's units.
+        dist, value = net.apply(variables, net_input(batch.obs))
         out = ppo_loss(
             networks.log_prob(dist, batch.action),
             batch.behaviour_logp,
@@ -296,10 +312,14 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             raise ValueError(f"B * T = {B} * {T} is not divisible by num_minibatches="
                              f"{config.num_minibatches}")
         chex.assert_shape([traj.terminated, traj.truncated, traj.behaviour_logp], (B, T))
+        params = state.params
+        if config.normalize_observations:  # statistics first, so act and learn agree
+            params = {**params, "obs_stats": nz.update_obs_stats(
+                params["obs_stats"], jax.tree.map(lambda x: x[:, :T], traj.obs))}
 
         # Fresh values with the current parameters; also the "old" values for clipping.
-        v_obs = value_fn(state.params, traj.obs)  # [B, T + 1]
-        v_final = value_fn(state.params, traj.final_obs)  # [B, T]
+        v_obs = value_fn(params, traj.obs)  # [B, T + 1]
+        v_final = value_fn(params, traj.final_obs)  # [B, T]
         chex.assert_shape(v_obs, (B, T + 1))
         terminated = traj.terminated.astype(jnp.float32)
         v_tp1 = bootstrap_values(v_obs.T, v_final.T, traj.truncated.T)  # [T, B]
@@ -312,14 +332,24 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             config.gae_lambda,
         )  # [T, B] each
 
+        target, old_value = ret.T, v_obs[:, :T]  # [B, T], return units
+        if config.normalize_values:
+            rs = nz.update_stats(params["ret_stats"], ret)
+            params = {**params, "ret_stats": rs}
+            standardise = lambda v: (v - rs.mean) / jnp.sqrt(rs.var + 1e-8)
+            target, old_value = standardise(target), standardise(old_value)
+
         flat = lambda x: x.reshape((n,) + x.shape[2:])
+        obs = traj.obs
+        if config.normalize_observations:
+            obs = nz.normalize_obs(params["obs_stats"], obs)
         data = _Batch(
-            obs=jax.tree.map(lambda x: flat(x[:, :T]), traj.obs),
+            obs=jax.tree.map(lambda x: flat(x[:, :T]), obs),
             action=flat(traj.action),
             behaviour_logp=flat(traj.behaviour_logp),
             advantage=flat(adv.T),
-            return_=flat(ret.T),
-            old_value=flat(v_obs[:, :T]),
+            return_=flat(target),
+            old_value=flat(old_value),
         )
 
         def epoch(carry, key):
@@ -328,14 +358,14 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             return jax.lax.scan(sgd_step, carry, minibatches)
 
         first_step = state.update_step * steps_per_update  # optimiser steps so far
-        (params, opt_state, _), metrics = jax.lax.scan(
-            epoch, (state.params, state.opt_state, first_step),
+        (variables, opt_state, _), metrics = jax.lax.scan(
+            epoch, (params["net"], state.opt_state, first_step),
             jax.random.split(rng, config.num_epochs),
         )
         metrics = jax.tree.map(jnp.mean, metrics)
         metrics["value_mean"] = jnp.mean(v_obs[:, :T])
         metrics["advantage_mean"] = jnp.mean(adv)
-        return PPOState(params, opt_state, state.update_step + 1), metrics
+        return PPOState({**params, "net": variables}, opt_state, state.update_step + 1), metrics
 
     def initial_carry(n: int):
         del n

@@ -168,8 +168,8 @@ def test_learn_lowers_the_loss_on_a_fixed_batch():
             vf_coef=config.vf_coef, ent_coef=config.ent_coef).total
 
     new_state, _ = jax.jit(fns.learn)(state, traj, jax.random.PRNGKey(1))
-    before = fixed_batch_loss(state.params, state.params)
-    after = fixed_batch_loss(new_state.params, state.params)
+    before = fixed_batch_loss(state.params["net"], state.params["net"])
+    after = fixed_batch_loss(new_state.params["net"], state.params["net"])
     assert after < before - 0.05, (before, after)
     assert int(new_state.update_step) == 1
 
@@ -188,7 +188,7 @@ def test_learn_metrics_and_lr_anneal(discrete):
     # value_mean uses the current parameters' values of obs[:, :T].
     v = jax.jit(lambda p, o: jnp.mean(networks.ActorCritic(
         networks.head_for_space(DISCRETE.action_space), SMALL.hidden_sizes
-    ).apply(p, o, method="value")))(state.params, traj.obs[:, :-1])
+    ).apply(p, o, method="value")))(state.params["net"], traj.obs[:, :-1])
     np.testing.assert_allclose(m1["value_mean"], v, rtol=1e-5)
 
 
@@ -291,3 +291,49 @@ def test_config_is_frozen_and_documented():
     assert isinstance(config.hidden_sizes, tuple)
     with pytest.raises(ValueError, match="activation"):
         ppo.make(ppo.PPOConfig(activation="nope"), DISCRETE, 1)
+
+
+# ------------------------------------------------------------------ normalisation (MLP path)
+NORMALISED = dataclasses.replace(SMALL, normalize_observations=True, normalize_values=True)
+
+
+@pytest.mark.parametrize("name", ["box", "multi_discrete"])
+def test_learn_updates_running_statistics(name):
+    """Observation statistics move to the batch's, return statistics to the GAE returns'."""
+    spec = HEADS[name]
+    fns = ppo.make(NORMALISED, spec, num_updates=10)
+    state = jax.jit(fns.init)(jax.random.PRNGKey(0))
+    traj = random_traj(spec, B=8, T=16)
+    traj = traj._replace(obs=jax.tree.map(lambda x: x * 3.0 + 5.0, traj.obs),
+                         reward=traj.reward * 100.0)
+    new, metrics = jax.jit(fns.learn)(state, traj, jax.random.PRNGKey(1))
+    T = traj.reward.shape[1]
+    for path, stats in jax.tree_util.tree_flatten_with_path(
+            new.params["obs_stats"], is_leaf=lambda x: hasattr(x, "mean"))[0]:
+        leaf = traj.obs if not isinstance(traj.obs, dict) else traj.obs[path[0].key]
+        np.testing.assert_allclose(stats.mean, leaf[:, :T].reshape((-1,) + stats.mean.shape).mean(0),
+                                   atol=1e-3)
+    rs = new.params["ret_stats"]
+    assert float(jnp.sqrt(rs.var)) > 10.0  # rewards of scale 100 -> returns of that scale
+    assert all(np.isfinite(v) for v in metrics.values())
+
+
+def test_normalised_value_is_reported_in_return_units():
+    """``value_mean`` un-standardises the head's output with the running return statistics."""
+    spec = HEADS["box"]
+    fns = ppo.make(NORMALISED, spec, num_updates=10)
+    state = jax.jit(fns.init)(jax.random.PRNGKey(0))
+    traj = random_traj(spec, B=8, T=16)._replace(reward=np.full((8, 16), 50.0, np.float32))
+    learn = jax.jit(fns.learn)
+    for i in range(3):
+        state, metrics = learn(state, traj, jax.random.PRNGKey(i))
+    # With a constant reward of 50 the returns are hundreds; a value head left in
+    # standardised units would report |value_mean| of order 1.
+    assert float(metrics["value_mean"]) > 50.0, metrics["value_mean"]
+
+
+def test_normalisation_off_leaves_statistics_untouched(discrete):
+    fns, learn, state = discrete
+    new, _ = learn(state, random_traj(DISCRETE), jax.random.PRNGKey(1))
+    for a, b in zip(jax.tree.leaves(state.params["obs_stats"]), jax.tree.leaves(new.params["obs_stats"])):
+        np.testing.assert_array_equal(a, b)

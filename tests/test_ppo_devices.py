@@ -47,7 +47,7 @@ assert sharded_traj.reward.addressable_shards[0].data.shape == (B // 2, T)
 learn = jax.jit(fns.learn, in_shardings=(replicated, batch, replicated),
                 out_shardings=(replicated, replicated))
 two, two_metrics = learn(jax.device_put(state, replicated), sharded_traj, rng)
-assert two.params["params"]["value_net"]["Dense_0"]["kernel"].sharding.is_fully_replicated
+assert two.params["net"]["params"]["value_net"]["Dense_0"]["kernel"].sharding.is_fully_replicated
 
 moved = max(float(np.abs(a - b).max()) for a, b in
             zip(jax.tree.leaves(one.params), jax.tree.leaves(state.params)))
