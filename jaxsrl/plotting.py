@@ -173,7 +173,32 @@ def _panel(ax, runs: list, key: str, x: str, smoothing: float, colors: dict) -> 
     return drawn
 
 
-def _figure(panels: list, runs: list, smoothing: float, path: str, title: str, cols: int) -> str:
+def parse_reference(text: str) -> tuple[float, float, str]:
+    """``"STEPS:RETURN:LABEL"`` (e.g. ``"1e6:1867:CleanRL PPO"``) -> ``(steps, return, label)``.
+
+    Raises:
+      ValueError: not three ``:``-separated fields with two numbers, naming the text.
+    """
+    parts = text.split(":", 2)
+    try:
+        if len(parts) != 3 or not parts[2]:
+            raise ValueError
+        return float(parts[0]), float(parts[1]), parts[2]
+    except ValueError:
+        raise ValueError(f"reference {text!r} must be STEPS:RETURN:LABEL, "
+                         "e.g. 1e6:1867:CleanRL PPO") from None
+
+
+def _draw_references(ax, references: Sequence[tuple]) -> None:
+    """Published results as black markers with their label, on an env-steps panel."""
+    markers = "*DsP^v"
+    for i, (steps, value, label) in enumerate(references):
+        ax.plot([steps], [value], linestyle="none", marker=markers[i % len(markers)], ms=9,
+                color="black", label=label)
+
+
+def _figure(panels: list, runs: list, smoothing: float, path: str, title: str, cols: int,
+            references: Sequence[tuple] = ()) -> str:
     from matplotlib.figure import Figure  # noqa: PLC0415 (headless: no pyplot, no display)
     from matplotlib import colormaps  # noqa: PLC0415
     cols = max(1, min(cols, len(panels)))
@@ -184,6 +209,8 @@ def _figure(panels: list, runs: list, smoothing: float, path: str, title: str, c
     colors = {label: cmap(i % 10) for i, label in enumerate(_groups(runs))}
     for ax, (key, x) in zip(axes, panels):
         _panel(ax, runs, key, x, smoothing, colors)
+        if references and key == RETURN_KEY and x == "env_steps":
+            _draw_references(ax, references)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
@@ -208,7 +235,8 @@ def episode_stat_keys(runs: list, patterns: Sequence[str] | None = None) -> list
 
 def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = None,
               smoothing: float = 0.0, keys: Sequence[str] = (),
-              stats: Sequence[str] | None = None, episode_stats: bool = True) -> list:
+              stats: Sequence[str] | None = None, episode_stats: bool = True,
+              references: Sequence[tuple] = ()) -> list:
     """Write the learning-curve PNG(s) of ``logdirs``; returns the files written.
 
     Args:
@@ -219,6 +247,8 @@ def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = N
       keys: extra metric keys to plot against environment steps (e.g. ``loss/total``).
       stats: shell patterns selecting the ``episode/...`` panels (default: all).
       episode_stats: write the episode-statistics figure when there are any.
+      references: ``(env_steps, return, label)`` published results drawn as markers on
+        the return-vs-steps panel (see :func:`parse_reference`).
 
     Raises:
       FileNotFoundError: a run folder without ``metrics.jsonl``.
@@ -234,7 +264,8 @@ def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = N
     panels += [(k, "env_steps") for k in keys]
     names = ", ".join(sorted({r.label for r in runs}))
     written = [_figure(panels, runs, smoothing, out,
-                       f"{names}: {len(runs)} run(s)", cols=2 if len(panels) <= 4 else 3)]
+                       f"{names}: {len(runs)} run(s)", cols=2 if len(panels) <= 4 else 3,
+                       references=references)]
     stat_keys = episode_stat_keys(runs, stats) if episode_stats else []
     if stat_keys:
         root, ext = os.path.splitext(out)

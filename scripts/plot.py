@@ -38,11 +38,15 @@ def main(argv=None) -> int:
     p.add_argument("--stats", nargs="+", default=None,
                    help="shell patterns of the episode/... statistics to plot (default: all)")
     p.add_argument("--no_stats", action="store_true", help="skip the episode-statistics figure")
+    p.add_argument("--reference", action="append", default=[], metavar="STEPS:RETURN:LABEL",
+                   help="a published result drawn as a marker on the return panel, e.g. "
+                        "'1e6:1867:CleanRL PPO (HF model card)'; repeatable")
     args = p.parse_args(argv)
     try:
+        references = [plotting.parse_reference(r) for r in args.reference]
         paths = plotting.plot_runs(args.logdirs, args.out, labels=args.labels,
                                    smoothing=args.smooth, keys=args.keys, stats=args.stats,
-                                   episode_stats=not args.no_stats)
+                                   episode_stats=not args.no_stats, references=references)
     except (FileNotFoundError, ValueError) as exc:
         print(f"plot.py: error: {exc}", file=sys.stderr)
         return 2

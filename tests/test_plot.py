@@ -127,6 +127,20 @@ def test_several_runs_hide_and_seek_teams_and_phase_stats(tmp_path):
     assert not os.path.exists(tmp_path / "x_episode.png")
 
 
+def test_published_reference_markers(tmp_path):
+    pytest.importorskip("matplotlib")
+    run = _write_run(tmp_path / "r", _hs_records(0))
+    out = str(tmp_path / "ref.png")
+    assert _plot_main([run, "--out", out, "--no_stats",
+                       "--reference", "1e6:1867:CleanRL PPO", "--reference", "5e5:900:x"]) == 0
+    _png_size(out)
+    assert plotting.parse_reference("1e6:1867.5:A: b") == (1e6, 1867.5, "A: b")
+    for bad in ["1e6:1867", "steps:1:x", "1:2:"]:
+        with pytest.raises(ValueError, match="STEPS:RETURN:LABEL"):
+            plotting.parse_reference(bad)
+    assert _plot_main([run, "--out", out, "--reference", "oops"]) == 2
+
+
 def test_aggregate_and_smooth():
     x1, x2 = np.array([0.0, 10.0]), np.array([5.0, 20.0])
     grid, mean, std = plotting.aggregate([(x1, 2 * x1), (x2, 2 * x2 + 2)], points=3)
