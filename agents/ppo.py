@@ -227,6 +227,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
     net, net_input = encoders.actor_critic(
         obs_space, networks.head_for_space(spec.action_space), config.hidden_sizes,
         config.activation)
+    unroll = encoders.scan_unroll(net)  # CNN gradients are slow inside XLA:CPU loops
     steps_per_update = config.num_epochs * config.num_minibatches
     optimiser, learning_rate = clipped_adam(config.learning_rate, config.anneal_lr,
                                             num_updates * steps_per_update, config.max_grad_norm)
@@ -355,12 +356,12 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         def epoch(carry, key):
             perm = jax.random.permutation(key, n).reshape(config.num_minibatches, -1)
             minibatches = jax.tree.map(lambda x: x[perm], data)  # [M, N / M, ...]
-            return jax.lax.scan(sgd_step, carry, minibatches)
+            return jax.lax.scan(sgd_step, carry, minibatches, unroll=unroll)
 
         first_step = state.update_step * steps_per_update  # optimiser steps so far
         (variables, opt_state, _), metrics = jax.lax.scan(
             epoch, (params["net"], state.opt_state, first_step),
-            jax.random.split(rng, config.num_epochs),
+            jax.random.split(rng, config.num_epochs), unroll=unroll,
         )
         metrics = jax.tree.map(jnp.mean, metrics)
         metrics["value_mean"] = jnp.mean(v_obs[:, :T])

@@ -101,6 +101,19 @@ def test_sampling_frequencies():
     np.testing.assert_allclose(x.std(0), [0.5, 2.0], rtol=0.03)
 
 
+def test_categorical_samples_and_mode_respect_the_start_offset():
+    # Discrete(4, start=3): actions in [3, 7), never the raw index.
+    head = networks.head_for_space(gymnasium.spaces.Discrete(4, start=3))
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(2000, 4)), jnp.float32)
+    dist = networks.logits_to_distribution(logits, head)
+    x = np.asarray(sample(dist, jax.random.PRNGKey(0)))
+    assert x.dtype == np.int32 and x.min() == 3 and x.max() == 6
+    np.testing.assert_array_equal(mode(dist), np.argmax(logits, -1) + 3)
+    np.testing.assert_allclose(  # log_prob takes the offset action
+        log_prob(dist, jnp.asarray(x)),
+        np_log_softmax(np.asarray(logits, np.float64))[np.arange(2000), x - 3], rtol=1e-5)
+
+
 def test_flatten_observation_box_and_dict():
     # An OrderedDict keeps "b" first in the space: the flat order must still be sorted.
     space = gymnasium.spaces.Dict(collections.OrderedDict(

@@ -1,6 +1,8 @@
 """Environment registry: one place maps an ``--env`` name to how actors build it.
 
-Any Gymnasium id works (``CartPole-v1``, ``ALE/Pong-v5``, ...). Names in
+Any Gymnasium id works (``CartPole-v1``, ...). ``ALE/<Game>-v5`` ids get the standard
+Atari preprocessing of :mod:`jaxsrl.envs.atari` (84x84x4 uint8 frames; actors train on
+clipped rewards and per-life episodes but report raw whole-game returns). Names in
 :data:`MULTI_AGENT_ENVS` are PettingZoo-style parallel environments of our own.
 """
 
@@ -10,6 +12,7 @@ from typing import Any
 
 import gymnasium
 
+from jaxsrl.envs import atari
 from jaxsrl.envs.gym_vector import GymVectorEnv, single_spaces
 
 #: multi-agent environments of jaxsrl: name -> (module, factory keyword defaults).
@@ -23,6 +26,8 @@ def check_env_name(env_id: str) -> None:
     """Raise ``ValueError`` naming ``env_id`` if it is neither ours nor a Gymnasium id."""
     if env_id in MULTI_AGENT_ENVS:
         return
+    if atari.is_atari(env_id):
+        atari.register()  # ValueError if ale-py is missing
     try:
         gymnasium.spec(env_id)
     except Exception:
@@ -38,7 +43,20 @@ def make_actor_env(env_id: str, num_envs: int, seed: int, env_kwargs: dict | Non
         from jaxsrl.envs.multi_agent import MultiAgentVectorEnv  # noqa: PLC0415
         module, defaults = MULTI_AGENT_ENVS[env_id]
         return MultiAgentVectorEnv(module, {**defaults, **(env_kwargs or {})}, num_envs, seed)
+    if atari.is_atari(env_id):
+        return GymVectorEnv(env_id, num_envs, seed, env_fn=atari.env_fn(env_id, env_kwargs),
+                            episodes_from_info=True)
     return GymVectorEnv(env_id, num_envs, seed, env_kwargs)
+
+
+def make_env(env_id: str, env_kwargs: dict | None = None, render_mode: str | None = None) -> Any:
+    """One single-agent Gymnasium env for evaluation (Atari: full games, raw rewards)."""
+    check_env_name(env_id)
+    if env_id in MULTI_AGENT_ENVS:
+        raise ValueError(f"{env_id!r} is multi-agent: use its module's make_env")
+    if atari.is_atari(env_id):
+        return atari.make_env(env_id, env_kwargs, training=False, render_mode=render_mode)
+    return gymnasium.make(env_id, render_mode=render_mode, **(env_kwargs or {}))
 
 
 def _make_multi_agent(env_id: str, env_kwargs: dict | None) -> Any:
@@ -54,6 +72,8 @@ def env_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[Any, Any]:
         env = _make_multi_agent(env_id, env_kwargs)
         agent = env.possible_agents[0]
         return env.observation_space(agent), env.action_space(agent)
+    if atari.is_atari(env_id):
+        return atari.spaces(env_id, env_kwargs)
     return single_spaces(env_id, env_kwargs)
 
 

@@ -8,7 +8,7 @@ list of finished episodes per step. This module imports no JAX.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import gymnasium
 import numpy as np
@@ -52,13 +52,27 @@ class GymVectorEnv:
       num_envs: environments in this group.
       seed: base seed; env ``i`` is seeded ``seed + i`` at the first reset.
       env_kwargs: extra keyword arguments for ``gymnasium.make``.
+      env_fn: builds one (wrapped) environment instead of ``gymnasium.make(env_id,
+        **env_kwargs)`` (e.g. Atari with its preprocessing, ``jaxsrl/envs/atari.py``).
+      episodes_from_info: report finished episodes only from the final step's
+        ``info["raw_episode"] = {"r": return, "l": length}`` (gymnasium's
+        ``RecordEpisodeStatistics(stats_key="raw_episode")`` placed below any reward
+        clipping or episodic-life wrapper), not from the summed rewards of each
+        ``terminated``/``truncated`` row: the reported return is then the raw score of
+        the whole game even when training sees clipped rewards and per-life episodes.
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None):
-        self.env = gymnasium.make_vec(
-            env_id, num_envs=num_envs, vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP},
-            **(env_kwargs or {}))
+    def __init__(self, env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None,
+                 env_fn: Callable[[], gymnasium.Env] | None = None,
+                 episodes_from_info: bool = False):
+        same_step = gymnasium.vector.AutoresetMode.SAME_STEP
+        if env_fn is not None:
+            self.env = gymnasium.vector.SyncVectorEnv([env_fn] * num_envs, autoreset_mode=same_step)
+        else:
+            self.env = gymnasium.make_vec(
+                env_id, num_envs=num_envs, vectorization_mode="sync",
+                vector_kwargs={"autoreset_mode": same_step}, **(env_kwargs or {}))
+        self._episodes_from_info = episodes_from_info
         self.num_rows = num_envs
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
@@ -96,8 +110,12 @@ class GymVectorEnv:
         self._lengths += 1
         episodes = []
         if done.any():
+            raw = info.get("final_info", {}).get("raw_episode") if self._episodes_from_info else None
             for i in np.flatnonzero(done):
-                episodes.append({"return": float(self._returns[i]), "length": int(self._lengths[i])})
+                if not self._episodes_from_info:
+                    episodes.append({"return": float(self._returns[i]), "length": int(self._lengths[i])})
+                elif raw is not None and raw["_r"][i]:  # a whole game ended (not one life)
+                    episodes.append({"return": float(raw["r"][i]), "length": int(raw["l"][i])})
                 if truncated[i]:
                     for k, v in flatten_obs(info["final_obs"][i]).items():
                         final[k][i] = v
