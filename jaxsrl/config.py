@@ -50,6 +50,21 @@ class RunConfig:
     """Drop segments whose oldest action is more versions behind the learner (0: keep all)."""
     inference_deadline_ms: float = 0.0
     """After the first request, wait this long for more before running a batch."""
+    inference_servers: int = 1
+    """Inference servers of the default dataflow; the k-th actor uses server k % N (a
+    ``[dataflow]`` table sets ``count`` per policy worker instead)."""
+    remote_inference: bool = False
+    """Run each inference server in its own process (placed like actors), fed parameters
+    over ZeroMQ PUB/SUB; False: threads of the learner process reading them on device."""
+    param_publish_interval_s: float = 0.0
+    """--remote_inference: least seconds between two parameter versions sent to the
+    servers (0: every version)."""
+    inference_failover_s: float = 5.0
+    """--remote_inference: an actor whose server leaves a request unanswered this long
+    re-sends it to the next server of its stream."""
+    max_server_restarts: int = 5
+    """--remote_inference: dead remote inference servers are restarted (same port) up to
+    this many times per run (all servers together), then the run stops."""
     seed: int = 0
     """Seed of parameters, learner RNG and environments."""
     logdir: str = ""
@@ -85,6 +100,26 @@ class RunConfig:
     """A segment with NaN/Inf observations or rewards: drop it (counted) or stop the run."""
     compilation_cache_dir: str = "~/.cache/jaxsrl/xla"
     """JAX persistent compilation cache (later runs skip XLA compiles); "" disables it."""
+    num_learner_processes: int = 1
+    """JAX processes (e.g. one per host) running one data-parallel learner over all their
+    devices; this launcher is process 0 (``docs/architecture.md``, "Multi-host learner")."""
+    coordinator_address: str = ""
+    """--num_learner_processes>1: ``host:port`` where process 0 runs JAX's coordination
+    service (reachable by every learner process); empty: 127.0.0.1 and a free port."""
+    spawn_learner_processes: bool = True
+    """--num_learner_processes>1: start processes 1..N-1 here (through the run's spawner);
+    False: wait for them to be started on other hosts (``jaxsrl/workers/learner_process.py``)."""
+    launcher: Literal["local", "ray"] = "local"
+    """Where processes run: this machine, or a Ray cluster (``docs/cluster.md``)."""
+    ray_address: str = ""
+    """--launcher=ray: address of a running cluster (``HEAD_IP:6379``, or ``auto``);
+    empty starts a one-node Ray cluster on this machine for the run."""
+    actor_cpus: float = 1.0
+    """--launcher=ray: CPUs each actor process asks Ray for."""
+    learner_cpus: float = 1.0
+    """--launcher=ray: CPUs the accelerator process (learner + inference) asks Ray for."""
+    learner_gpus: float = 0.0
+    """--launcher=ray: GPUs the accelerator process asks Ray for (0: runs on CPU)."""
     env_kwargs: Annotated[Optional[dict], tyro.conf.Suppress] = None
     """Keyword arguments for the environment constructor (from the TOML file)."""
     dataflow: Annotated[Optional[dict], tyro.conf.Suppress] = None
@@ -108,14 +143,15 @@ class RunConfig:
         return getattr(self, self.agent)
 
     def get_dataflow(self) -> Dataflow:
-        flow = Dataflow.from_dict(self.dataflow) if self.dataflow else default_dataflow(self.num_actors)
+        flow = (Dataflow.from_dict(self.dataflow) if self.dataflow
+                else default_dataflow(self.num_actors, self.inference_servers))
         flow.validate()
         return flow
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
-        positive = ["total_env_steps", "num_actors", "envs_per_actor", "ring_size",
-                    "segment_length", "batch_segments", "keep_checkpoints", "eval_episodes"]
+        positive = ["total_env_steps", "num_actors", "inference_servers", "envs_per_actor",
+                    "ring_size", "segment_length", "batch_segments", "keep_checkpoints", "eval_episodes"]
         for name in positive:
             value = getattr(self, name)
             if value <= 0:
@@ -124,11 +160,12 @@ class RunConfig:
             raise ValueError(f"envs_per_actor={self.envs_per_actor} must be divisible by "
                              f"ring_size={self.ring_size}")
         for name in ("max_staleness", "max_actor_restarts", "inference_deadline_ms", "eval_every",
-                     "actor_heartbeat_timeout_s"):
+                     "actor_heartbeat_timeout_s", "param_publish_interval_s", "max_server_restarts"):
             value = getattr(self, name)
             if not value >= 0:
                 raise ValueError(f"{name}={value} must be >= 0")
-        for name in ("log_interval_s", "actor_timeout_s", "checkpoint_interval_s"):
+        for name in ("log_interval_s", "actor_timeout_s", "checkpoint_interval_s",
+                     "inference_failover_s"):
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"{name}={value} must be > 0")
@@ -136,6 +173,14 @@ class RunConfig:
             raise ValueError(f"on_nonfinite={self.on_nonfinite!r} must be 'drop' or 'raise'")
         if not self.host:
             raise ValueError("host='' must name an interface, e.g. 127.0.0.1")
+        if self.launcher not in ("local", "ray"):
+            raise ValueError(f"launcher={self.launcher!r} must be 'local' or 'ray'")
+        if self.ray_address and self.launcher != "ray":
+            raise ValueError(f"ray_address={self.ray_address!r} needs --launcher=ray")
+        for name in ("actor_cpus", "learner_cpus", "learner_gpus"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ValueError(f"{name}={value} must be >= 0")
         if self.curve:
             from jaxsrl.security import check_curve_available  # noqa: PLC0415
             check_curve_available()
@@ -150,7 +195,18 @@ class RunConfig:
         if steps >= 2**31:
             raise ValueError(f"total_env_steps={self.total_env_steps} plans {steps:,} optimiser steps; "
                              f"learning-rate schedules count in int32 (< 2**31): lower it")
+        if self.dataflow and self.inference_servers != 1:
+            raise ValueError(f"inference_servers={self.inference_servers} applies to the default "
+                             "dataflow only; with a [dataflow] table set count on its policy_workers")
+        if self.remote_inference and self.inference_failover_s >= self.actor_timeout_s:
+            raise ValueError(f"inference_failover_s={self.inference_failover_s} must be below "
+                             f"actor_timeout_s={self.actor_timeout_s} (an actor tries the next "
+                             "server before it gives up)")
         flow = self.get_dataflow()
+        for worker in flow.policy_workers:
+            if worker.launch_prefix and not self.remote_inference:
+                raise ValueError(f"policy worker {worker.name!r} has a launch_prefix, which needs "
+                                 "--remote_inference (local servers are threads of the learner)")
         for group in flow.actors:
             if not isinstance(group.count, int) or group.count <= 0:
                 raise ValueError(f"actor group {group.name!r}: count={group.count} must be positive")
@@ -158,9 +214,32 @@ class RunConfig:
             if not isinstance(envs, int) or envs < 0 or envs % self.ring_size:
                 raise ValueError(f"actor group {group.name!r}: envs_per_actor={envs} must be a "
                                  f"positive multiple of ring_size={self.ring_size}")
+        self._check_learner_processes(flow)
         agent_validate = getattr(self.agent_config(), "validate", None)
         if agent_validate is not None:  # the agent's own hyperparameter checks
             agent_validate()
+
+    def _check_learner_processes(self, flow: Dataflow) -> None:
+        n = self.num_learner_processes
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"num_learner_processes={n!r} must be a positive integer")
+        host, _, port = self.coordinator_address.rpartition(":")
+        if self.coordinator_address and not (host and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"coordinator_address={self.coordinator_address!r} must be host:port")
+        if n == 1:
+            return
+        if self.batch_segments % n:
+            raise ValueError(f"batch_segments={self.batch_segments} must be divisible by "
+                             f"num_learner_processes={n} (each takes an equal share)")
+        if len(flow.trainers) != 1:
+            raise ValueError(f"num_learner_processes={n} needs a dataflow with one trainer, "
+                             f"not {len(flow.trainers)}")
+        actors = sum(group.count for group in flow.actors)
+        if actors < n:
+            raise ValueError(f"num_learner_processes={n} needs at least {n} actors (each learner "
+                             f"process is fed by its own), not {actors}")
+        if self.curve:
+            raise ValueError("--curve is not supported with num_learner_processes > 1 yet")
 
 
 def config_class(agent_name: str, agent_config_cls: type) -> type:

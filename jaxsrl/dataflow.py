@@ -37,7 +37,9 @@ class ActorGroup:
       teams: for multi-agent envs with a policy per team: team -> ``[inference_stream,
         sample_stream]`` for that team's agents (then the two fields above are unused).
       launch_prefix: command prefix that places the group's processes, e.g.
-        ``["ip", "netns", "exec", "host1"]`` or ``["ssh", "host1"]`` (empty: this machine).
+        ``["ip", "netns", "exec", "host1"]`` (empty: this machine). The prefix must keep
+        the launcher as the process's parent (actors exit when their parent is not the
+        launcher), so ``ssh`` does not fit; use ``--launcher=ray`` for other machines.
     """
 
     name: str
@@ -57,11 +59,20 @@ class ActorGroup:
 
 @dataclasses.dataclass(frozen=True)
 class PolicyWorkerSpec:
-    """An inference server reading ``policy``'s parameters, serving ``inference_stream``."""
+    """Inference server(s) reading ``policy``'s parameters, serving ``inference_stream``.
+
+    Attributes:
+      count: servers of the stream; its actors are dealt out round-robin
+        (``jaxsrl/topology.py``); several are named ``name[0]``, ``name[1]``, ...
+      launch_prefix: command prefix placing remote servers (``--remote_inference``),
+        like :attr:`ActorGroup.launch_prefix`.
+    """
 
     name: str
     inference_stream: str
     policy: str
+    count: int = 1
+    launch_prefix: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +126,12 @@ class Dataflow:
             raise ValueError(f"worker names must be unique, repeated: {sorted(dup)}")
         serving = {}
         for w in self.policy_workers:
+            if type(w.count) is not int or w.count < 1:  # noqa: E721
+                raise ValueError(f"policy worker {w.name!r} has count={w.count!r}; need an integer >= 1")
+            if not isinstance(w.launch_prefix, (list, tuple)) or not all(
+                    isinstance(p, str) for p in w.launch_prefix):
+                raise ValueError(f"policy worker {w.name!r}: launch_prefix must be a list of "
+                                 f"strings, got {w.launch_prefix!r}")
             if w.inference_stream in serving:
                 raise ValueError(f"inference stream {w.inference_stream!r} has two servers")
             serving[w.inference_stream] = w.policy
@@ -156,9 +173,10 @@ class Dataflow:
         return [t.policy for t in self.trainers]
 
 
-def default_dataflow(num_actors: int) -> Dataflow:
-    """One actor group, one inference server and one learner of the policy ``"default"``."""
+def default_dataflow(num_actors: int, inference_servers: int = 1) -> Dataflow:
+    """One actor group, ``inference_servers`` inference servers and one learner of the
+    policy ``"default"``."""
     return Dataflow(
         actors=(ActorGroup("actors", num_actors, "inference", "samples"),),
-        policy_workers=(PolicyWorkerSpec("policy", "inference", "default"),),
+        policy_workers=(PolicyWorkerSpec("policy", "inference", "default", inference_servers),),
         trainers=(TrainerSpec("trainer", "samples", "default"),))

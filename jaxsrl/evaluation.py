@@ -295,7 +295,8 @@ def make_eval_env(config: dict, render: bool) -> Any:
         if render:
             kwargs["render_mode"] = "rgb_array"
         return importlib.import_module(module).make_env(**kwargs)
-    return gymnasium.make(env_id, render_mode="rgb_array" if render else None, **env_kwargs)
+    from jaxsrl.envs import make_env  # noqa: PLC0415  (Atari: the training preprocessing, full games)
+    return make_env(env_id, env_kwargs, render_mode="rgb_array" if render else None)
 
 
 class _Policy:

@@ -1,7 +1,11 @@
 """Launcher: builds the dataflow of a run, starts every worker, watches and stops them.
 
 The accelerator process (this one) hosts the policy workers and trainers as threads
-sharing parameters on device; actors are separate OS processes started here. Wiring
+sharing parameters on device; actors are separate OS processes started here. With
+``--remote_inference`` the policy workers are processes too, started, fed parameters
+and restarted by :class:`~jaxsrl.remote_inference.RemoteInferenceServers`. With
+``--num_learner_processes`` > 1 this process is learner process 0 of a multi-process
+learner (:class:`~jaxsrl.workers.learner_process.LearnerGroup`). Wiring
 of workers and streams happens in :func:`train` alone, driven by the config's
 :class:`~jaxsrl.dataflow.Dataflow`.
 
@@ -11,9 +15,12 @@ session, so a terminal's Ctrl-C reaches only the launcher, and die with this pro
 via ``PR_SET_PDEATHSIG``); a crashed actor, or a hung one (silent for
 ``actor_heartbeat_timeout_s`` while the servers are responsive), is restarted with a
 new run id, so messages of its previous run are dropped by the servers (up to
-``max_actor_restarts`` restarts per run); an environment that keeps failing stops the
-run with its error; a dead inference server or trainer stops the run with an error
-naming it.
+``max_actor_restarts`` restarts per run); so is an actor that got no answer from an
+inference server that kept serving (its host or network failed: counted as
+``actor_unreachable``); an actor whose runs keep failing before reaching the servers
+is restarted with a growing delay (:func:`restart_delay`); an environment that keeps
+failing stops the run with its error; a dead or stalled inference server or trainer
+stops the run with an error naming it.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import jax
 import zmq
 
 from jaxsrl import config as config_lib
-from jaxsrl import devices, security
+from jaxsrl import devices, distributed, security
 from jaxsrl.agent import EnvSpec
 from jaxsrl.checkpoint import Checkpointer
 from jaxsrl.envs import env_spaces, env_teams
@@ -38,11 +45,14 @@ from jaxsrl.envs.spaces import action_leaf, space_leaves
 from jaxsrl.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
 from jaxsrl.params import ParameterStore
 from jaxsrl.periodic_eval import PeriodicEvaluator
-from jaxsrl.processes import ActorProcess, stop_all
+from jaxsrl.processes import ActorProcess, Spawner, local_spawner, stop_all
 from jaxsrl.processes import exit_reason as _exit_reason
+from jaxsrl.remote_inference import RemoteInferenceServers
+from jaxsrl.topology import Assigner, server_names
 from jaxsrl.workers.actor import EXIT_ENV_ERROR, EXIT_LEARNER_TIMEOUT, EXIT_SERVER_TIMEOUT
 from jaxsrl.workers.carry import CarryCodec
 from jaxsrl.workers.health import ActorTable
+from jaxsrl.workers.learner_process import LearnerGroup
 from jaxsrl.workers.policy import PolicyWorker
 from jaxsrl.workers.trainer import TrainerWorker
 
@@ -69,8 +79,14 @@ def _raise_interrupt(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def train(cfg: Any) -> dict:
+def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     """Run one experiment described by ``cfg`` to completion.
+
+    Args:
+      cfg: the run config (:func:`jaxsrl.config.load_config`).
+      spawner: where every child process of the run starts (default
+        :func:`~jaxsrl.processes.local_spawner`; ``jaxsrl.ray_launcher`` passes one that
+        places them on a Ray cluster).
 
     Returns:
       The last metrics record (``env_steps``, ``episode_return_mean``, ...), plus
@@ -83,16 +99,12 @@ def train(cfg: Any) -> dict:
       KeyboardInterrupt: Ctrl-C or SIGTERM (after a clean shutdown and checkpoint).
     """
     cfg.validate()
+    spawner = spawner or local_spawner  # hand it to every ChildProcess this run creates
     clock = Clock()
     flow = cfg.get_dataflow()
     if cfg.compilation_cache_dir:
         jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cfg.compilation_cache_dir))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    mesh = devices.local_mesh()
-    n_dev = mesh.size
-    if cfg.batch_segments % n_dev:
-        raise ValueError(f"batch_segments={cfg.batch_segments} is not divisible by the "
-                         f"{n_dev} local devices")
     if not security.is_loopback(cfg.host) and not cfg.curve:
         log.warning("servers bind %s without --curve: streams are unauthenticated plaintext "
                     "(anyone who can reach this host can send samples)", cfg.host)
@@ -100,6 +112,13 @@ def train(cfg: Any) -> dict:
     if cfg.resume and not _has_checkpoint(logdir):
         raise FileNotFoundError(f"--resume: no checkpoint under {os.path.join(logdir, 'checkpoints')} "
                                 "(give the --logdir of a run that saved one)")
+    # A multi-process learner joins its processes before any other JAX call.
+    learners = LearnerGroup.start(cfg, spawner) if cfg.num_learner_processes > 1 else None
+    mesh = devices.local_mesh()
+    n_dev = mesh.size
+    if cfg.batch_segments % n_dev:
+        raise ValueError(f"batch_segments={cfg.batch_segments} is not divisible by the "
+                         f"{n_dev} local devices")
     from agents import get_agent  # noqa: PLC0415
     agent = get_agent(cfg.agent)
     obs_space, action_space = env_spaces(cfg.env, cfg.env_kwargs)
@@ -121,13 +140,15 @@ def train(cfg: Any) -> dict:
     # fewest rows per environment (most updates) is used for all of them.
     fewest_rows = min(rows_per_env(team) for a in flow.actors for team, _, _ in a.bindings())
     fns = agent.make(cfg.agent_config(), spec, cfg.num_updates(fewest_rows))
-    learn = devices.jit_learn(fns.learn, mesh)
-    act = devices.jit_act(fns.act, mesh)
+    learn = learners.jit_learn(fns.learn) if learners else devices.jit_learn(fns.learn, mesh)
+    act = (distributed.jit_act_local if learners else devices.jit_act)(fns.act, mesh)
 
     # One ZeroMQ context per run: its sockets (and the CURVE authenticator) end with it.
     context = zmq.Context()
     table = ActorTable()
-    store, metrics = ParameterStore(), MetricsAccumulator()
+    # A multi-process learner's parameters span every process: servers read this one's part.
+    store = distributed.LocalViewStore(mesh) if learners else ParameterStore()
+    metrics = MetricsAccumulator()
     trainers: dict[str, TrainerWorker] = {}
     servers: dict[str, PolicyWorker] = {}
     checkpointers: list[Checkpointer] = []
@@ -141,12 +162,14 @@ def train(cfg: Any) -> dict:
     evaluator: PeriodicEvaluator | None = None
     try:
         num_actor_procs = sum(a.count for a in flow.actors)
-        keys = security.CurveKeys.generate(range(num_actor_procs)) if cfg.curve else None
+        num_remote = sum(p.count for p in flow.policy_workers) if cfg.remote_inference else 0
+        keys = security.CurveKeys.generate(range(num_actor_procs + num_remote)) if cfg.curve else None
         auth = security.start_authenticator(context, keys.allowed()) if keys else None
         server_keys = (keys.server_public, keys.server_secret) if keys else None
 
         for i, t in enumerate(flow.trainers):
-            ckpt = Checkpointer(os.path.join(logdir, "checkpoints", t.policy), cfg.keep_checkpoints)
+            ckpt = (distributed.PrimaryCheckpointer if learners else Checkpointer)(
+                os.path.join(logdir, "checkpoints", t.policy), cfg.keep_checkpoints)
             checkpointers.append(ckpt)
             rng = jax.random.PRNGKey(cfg.seed + 1000 * i)
             rng, init_key = jax.random.split(rng)
@@ -161,23 +184,37 @@ def train(cfg: Any) -> dict:
             segment_rows = max([envs_of(a) // cfg.ring_size * rows_per_env(team) for a in flow.actors
                                 for team, _, sample in a.bindings() if sample == t.sample_stream]
                                or [1])
+            if learners is not None:  # every learner process starts from this state
+                state, rng = learners.share_state(t.name, t.policy, state, rng, version,
+                                                  num_updates=cfg.num_updates(fewest_rows),
+                                                  max_rows=segment_rows)
             trainers[t.sample_stream] = TrainerWorker(
-                t.name, t.policy, learn, lambda b: devices.put_batch(b, mesh), state, rng, version,
-                obs_space, action_space, cfg.segment_length, cfg.batch_segments, store, metrics,
+                t.name, t.policy, learn,
+                learners.put_batch if learners else (lambda b: devices.put_batch(b, mesh)),
+                state, rng, version, obs_space, action_space, cfg.segment_length,
+                cfg.batch_segments // cfg.num_learner_processes, store, metrics,
                 ckpt, cfg.max_staleness, cfg.host, fns.initial_carry, actors=table,
                 max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=context,
-                curve=server_keys)
+                curve=server_keys, before_update=learners.gate(t.policy, metrics) if learners else None)
 
+        stream_rows: dict[str, int] = {}  # every server of a stream can take all its actors
         for i, p in enumerate(flow.policy_workers):
             rows = sum(a.count * envs_of(a) * rows_per_env(team) for a in flow.actors
                        for team, inference, _ in a.bindings() if inference == p.inference_stream)
-            servers[p.inference_stream] = PolicyWorker(
-                p.name, p.policy, act, fns.initial_carry, obs_space, store, metrics,
-                max_rows=max(rows, 1), num_devices=n_dev, host=cfg.host,
-                deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919 * (i + 1),
-                actors=table, context=context, curve=server_keys)
+            stream_rows[p.inference_stream] = max(rows, 1)
+            for j, name in enumerate(server_names(p.name, p.count) if not cfg.remote_inference else []):
+                servers[name] = PolicyWorker(
+                    name, p.policy, act, fns.initial_carry, obs_space, store, metrics,
+                    max_rows=max(rows, 1), num_devices=n_dev, host=cfg.host,
+                    deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919 * (i + 1) + 104729 * j,
+                    actors=table, context=context, curve=server_keys)
+        remote = RemoteInferenceServers(
+            cfg, flow, stream_rows, store, metrics, table,
+            lambda: {a.spec["actor_id"]: a.spec["run_id"] for a in actors if "run_id" in a.spec},
+            context, logdir, keys, num_actor_procs, spawner) if cfg.remote_inference else None
 
-        workers = list(trainers.values()) + list(servers.values())
+        workers = list(trainers.values()) + list(servers.values()) + ([remote] if remote else [])
+        workers += [learners.watch] if learners else []  # names a dead learner process
         threads = [threading.Thread(target=w.run, name=w.name, daemon=True) for w in workers]
         writer = MetricsWriter(logdir)
         for th in threads:
@@ -191,13 +228,17 @@ def train(cfg: Any) -> dict:
                  "longer; later runs hit the XLA cache)", clock(),
                  [s.buckets for s in servers.values()], n_dev)
         seed_base = cfg.seed + metrics.env_steps
+        assigner = Assigner({p.inference_stream: remote.addresses(p.inference_stream) if remote else
+                             [servers[n].address for n in server_names(p.name, p.count)]
+                             for p in flow.policy_workers}, fallbacks=remote is not None)
         for a in flow.actors:
             envs = envs_of(a)
             for k in range(a.count):
                 idx = len(actors)
                 streams = [{"policy": trainers[sample].policy, "team": team,
-                            "inference_address": servers[inference].address,
-                            "sample_address": trainers[sample].address}
+                            **assigner.next(inference),  # its server (and fallbacks)
+                            "sample_address": learners.sample_address(idx, trainers[sample].address)
+                            if learners else trainers[sample].address}
                            for team, inference, sample in a.bindings()]
                 error_file = os.path.join(logdir, "errors", f"actor{idx}.txt")
                 if os.path.exists(error_file):
@@ -206,12 +247,13 @@ def train(cfg: Any) -> dict:
                          "envs_per_group": envs // cfg.ring_size, "ring_size": cfg.ring_size,
                          "segment_length": cfg.segment_length, "seed": seed_base,
                          "streams": streams, "carry_spec": CarryCodec(fns.initial_carry).spec(),
-                         "timeout_s": cfg.actor_timeout_s, "parent_pid": os.getpid(),
+                         "timeout_s": cfg.actor_timeout_s, "failover_s": cfg.inference_failover_s,
+                         "parent_pid": os.getpid(),
                          "error_file": error_file,
                          "curve_server_key": keys.server_public.decode() if keys else None}
                 actors.append(ActorProcess(f"{a.name}[{k}]", spec_, table=table,
                                            env=keys.client_env(idx) if keys else None,
-                                           prefix=tuple(a.launch_prefix)))
+                                           prefix=tuple(a.launch_prefix), spawner=spawner))
                 actors[-1].start()
         evaluator = PeriodicEvaluator(logdir, cfg.eval_every, cfg.eval_episodes)
         record.update(_control_loop(cfg, clock, metrics, writer, workers, threads, trainers,
@@ -229,7 +271,9 @@ def train(cfg: Any) -> dict:
                 if th.ident is not None:  # started
                     th.join(timeout=30)
             for t, th in zip(trainers.values(), threads):  # trainers come first in `threads`
-                if t.error is None and th.ident is not None and not th.is_alive():
+                # A dead learner process (PeerError) left the last update's state intact.
+                if (t.error is None or isinstance(t.error, distributed.PeerError)) \
+                        and th.ident is not None and not th.is_alive():
                     t.extra_meta = {"wall_time_s": clock()}
                     t.save_checkpoint()
             for ckpt in checkpointers:
@@ -250,6 +294,8 @@ def train(cfg: Any) -> dict:
                 context.destroy(linger=0)
             log.info("stopped after %.1f s; logs in %s", clock(), logdir)
         finally:
+            if learners is not None:
+                learners.close()
             signal.signal(signal.SIGTERM, old_handler)
     return record | {"logdir": logdir}
 
@@ -261,6 +307,11 @@ def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actor
     restarts = 0
     responsive_since: float | None = None  # since when every worker kept turning its loop
     hang_s = cfg.actor_heartbeat_timeout_s
+    # Per actor (index): restarts in a row whose run never reached the servers, and when
+    # a delayed restart is due (backoff, so an unreachable host does not burn every
+    # allowed restart within seconds).
+    futile: dict[int, int] = {}
+    restart_at: dict[int, float] = {}
     while True:
         time.sleep(0.02)
         for w, th in zip(workers, threads):
@@ -275,29 +326,50 @@ def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actor
             responsive_since = responsive_since or mono
         else:
             responsive_since = None
-        for a in actors:
+        for i, a in enumerate(actors):
+            if i in restart_at:  # a delayed restart
+                if mono >= restart_at[i]:
+                    del restart_at[i]
+                    a.start()
+                continue
             code = a.proc.poll()
             hung = False
+            reason = ""
             if code is None:
                 if not (hang_s > 0 and responsive_since is not None):
                     continue
                 last = max(table.last_seen(a.spec["actor_id"]) or 0.0, a.started_at, responsive_since)
                 if mono - last <= hang_s:
                     continue
+                never = not _heard_since_start(a, table)
                 log.warning("%s (pid %d) sent nothing for %.1f s while the servers were "
-                            "responsive: hung; killing it", a.name, a.proc.pid, mono - last)
+                            "responsive: hung%s; killing it", a.name, a.proc.pid, mono - last,
+                            " (nothing reached the servers since it started: is its host "
+                            "unreachable?)" if never else "")
                 metrics.count("actor_hangs")
                 a.kill()
                 code, hung = a.proc.returncode, True
             if code == EXIT_SERVER_TIMEOUT:
                 addresses = sorted({s["inference_address"] for s in a.spec["streams"]})
-                raise ComponentDied(f"{a.name} timed out waiting for its inference server "
-                                    f"({', '.join(addresses)}): did the server die or stall?")
+                # Its servers (own and fallbacks) kept turning their loops during the
+                # second half of the actor's wait, so they were alive: the answers did not
+                # reach the actor (its host or network failed). Otherwise a server died or
+                # stalled. (Remote servers are not workers here: those still stop the run.)
+                tried = {x for s in a.spec["streams"]
+                         for x in s.get("inference_addresses") or [s["inference_address"]]}
+                waited = [w for w in workers if w.address in tried]
+                if not (waited and all(w.serving.is_set() and mono - w.heartbeat < cfg.actor_timeout_s / 2
+                                       for w in waited)):
+                    raise ComponentDied(f"{a.name} timed out waiting for its inference server "
+                                        f"({', '.join(addresses)}): did the server die or stall?")
+                metrics.count("actor_unreachable")
+                reason = (f"got no answer from {', '.join(addresses)} in {cfg.actor_timeout_s:g} s "
+                          "while that server kept serving: its host or network is unreachable")
             if code == EXIT_LEARNER_TIMEOUT:
                 addresses = sorted({s["sample_address"] for s in a.spec["streams"]})
                 raise ComponentDied(f"{a.name} timed out waiting for its learner "
                                     f"({', '.join(addresses)}) to take samples")
-            reason = "hung" if hung else _exit_reason(code)
+            reason = reason or ("hung" if hung else _exit_reason(code))
             error = _read_error(a.spec.get("error_file")) if code == EXIT_ENV_ERROR else ""
             if restarts >= cfg.max_actor_restarts:
                 what = ("its environment keeps failing" if code == EXIT_ENV_ERROR
@@ -309,12 +381,17 @@ def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actor
             restarts += 1
             a.restarts += 1
             metrics.count("actor_restarts")
-            log.warning("%s %s%s; restarting it with a new run id (restart %d of at most %d)",
-                        a.name, reason, f": {error}" if error else "", restarts,
-                        cfg.max_actor_restarts)
+            futile[i] = 0 if _heard_since_start(a, table) else futile.get(i, 0) + 1
+            delay = restart_delay(futile[i])
+            log.warning("%s %s%s; restarting it with a new run id%s (restart %d of at most %d)",
+                        a.name, reason, f": {error}" if error else "",
+                        f" in {delay:g} s" if delay else "", restarts, cfg.max_actor_restarts)
             # New environment seeds, so a restarted actor does not replay its episodes.
             a.spec = {**a.spec, "seed": seed_base + a.restarts * 10_000 * len(actors)}
-            a.start()
+            if delay:
+                restart_at[i] = mono + delay
+            else:
+                a.start()
         now = clock()
         done = metrics.env_steps >= cfg.total_env_steps
         if done or now - last_log >= cfg.log_interval_s:
@@ -345,6 +422,32 @@ def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actor
             result = evaluator.poll(saved)
             if result:
                 metrics.add_means(result)
+
+
+#: Backoff between restarts of an actor whose runs never reach the servers (seconds).
+RESTART_BACKOFF_S = 1.0
+RESTART_BACKOFF_MAX_S = 30.0
+
+
+def restart_delay(futile: int) -> float:
+    """Seconds to wait before restarting an actor whose last ``futile`` runs in a row
+    never reached the servers (e.g. its host is cut off): 0 for up to one such run,
+    then ``RESTART_BACKOFF_S`` doubling per run, at most ``RESTART_BACKOFF_MAX_S``.
+
+    Raises:
+      ValueError: ``futile`` < 0.
+    """
+    if futile < 0:
+        raise ValueError(f"futile={futile} runs must be >= 0")
+    if futile <= 1:
+        return 0.0
+    return min(RESTART_BACKOFF_S * 2.0 ** min(futile - 2, 32), RESTART_BACKOFF_MAX_S)
+
+
+def _heard_since_start(actor, table) -> bool:
+    """Some message of the actor's current run reached a server (the table records the
+    registration time at ``start``, just before ``started_at``)."""
+    return (table.last_seen(actor.spec["actor_id"]) or 0.0) > actor.started_at
 
 
 def _read_error(path: str | None) -> str:

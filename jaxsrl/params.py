@@ -7,7 +7,7 @@ stay on device (no host round trip). Readers always see a consistent pair.
 from __future__ import annotations
 
 import threading
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 
 class Versioned(NamedTuple):
@@ -37,6 +37,16 @@ class ParameterStore:
           KeyError: nothing was published for ``policy`` yet.
         """
         return self._latest[policy]
+
+    def wait_changed(self, seen: Mapping[str, int], timeout: float | None = None) -> bool:
+        """Block until a policy of ``seen`` has a version other than ``seen[policy]``
+        (``timeout`` s at most); returns whether one has. A policy not published yet
+        counts as unchanged. (The parameter stream to remote servers waits here.)"""
+        def changed() -> bool:
+            return any(p in self._latest and self._latest[p].version != v for p, v in seen.items())
+
+        with self._changed:
+            return self._changed.wait_for(changed, timeout)
 
     def wait_for(self, policy: str, timeout: float | None = None) -> Versioned:
         """Block until ``policy`` has parameters (or ``timeout`` s), then return them."""

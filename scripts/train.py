@@ -28,6 +28,12 @@ def main() -> int:
         return 2
     import gymnasium  # noqa: PLC0415
     from jaxsrl.launcher import ComponentDied, train  # noqa: PLC0415  (imports JAX)
+    if cfg.launcher == "ray":
+        try:
+            from jaxsrl.ray_launcher import train_on_ray as train  # noqa: PLC0415
+        except ImportError as exc:
+            print(f"train.py: error: {exc}", file=sys.stderr)
+            return 2
     log = logging.getLogger("jaxsrl")
     try:
         record = train(cfg)

@@ -1,4 +1,4 @@
-"""Actor faults: killed, hung and failing-environment actors; training goes on."""
+"""Actor faults: killed, hung, failing-environment and unreachable actors; training goes on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import psutil
 import pytest
 
 from jaxsrl.config import load_config
-from jaxsrl.launcher import ComponentDied, train
+from jaxsrl.launcher import ComponentDied, restart_delay, train
+from jaxsrl.workers.policy import PolicyWorker
 from test_faults_helpers import (FLAKY_ENV, actor_children, actor_spec, flaky_env_path,  # noqa: F401
                               records, small_args, wait_for)
 
@@ -101,3 +102,65 @@ def test_environment_that_keeps_failing_stops_the_run_with_its_error(tmp_path, f
                                             r"injected reset failure"):
         train(cfg)
     assert psutil.Process().children(recursive=True) == []
+
+
+def _stop_answering_first_run_of_actor_0(monkeypatch, after: int) -> None:
+    """Policy workers answer actor 0's first run ``after`` times, then take its requests
+    (it counts as heard from) without answering: as if its host fell off the network.
+    Later runs of actor 0 are served again."""
+    parse = PolicyWorker._parse
+    state = {"run": None, "answered": 0}
+
+    def patched(self, frames):
+        parsed = parse(self, frames)
+        if parsed is None or parsed[1].get("actor") != 0:
+            return parsed
+        state["run"] = state["run"] if state["run"] is not None else parsed[1]["run"]
+        if parsed[1]["run"] == state["run"]:
+            state["answered"] += 1
+            if state["answered"] > after:
+                return None  # swallowed, like a ping
+        return parsed
+
+    monkeypatch.setattr(PolicyWorker, "_parse", patched)
+
+
+def test_actor_cut_off_from_a_serving_server_is_restarted(tmp_path, monkeypatch, caplog):
+    """EXIT_SERVER_TIMEOUT while the server kept serving (actor 1) is the actor's host or
+    network failing, not the server: the actor is restarted and the run ends normally."""
+    caplog.set_level(logging.INFO, logger="jaxsrl")
+    _stop_answering_first_run_of_actor_0(monkeypatch, after=20)
+    cfg = load_config(small_args(str(tmp_path / "run"), "--total_env_steps=8000",
+                                 "--actor_timeout_s=1.5"))
+    record = train(cfg)
+    assert record["env_steps"] >= 8000
+    assert record["actor_unreachable"] == 1
+    assert record["actor_restarts"] == 1
+    assert "its host or network is unreachable; restarting it with a new run id" in caplog.text
+    assert actor_children() == []
+
+
+def test_actor_timeout_while_its_server_stalls_still_stops_the_run(tmp_path, monkeypatch):
+    """The same actor exit while the inference server is stuck names the server."""
+    infer, calls = PolicyWorker._infer, {"n": 0}
+
+    def stalling(self, named, rows):
+        calls["n"] += 1
+        if calls["n"] > 20:
+            self.stop.wait(120)  # stuck until the run stops
+        return infer(self, named, rows)
+
+    monkeypatch.setattr(PolicyWorker, "_infer", stalling)
+    cfg = load_config(small_args(str(tmp_path / "run"), "--total_env_steps=100000000",
+                                 "--actor_timeout_s=1.5"))
+    with pytest.raises(ComponentDied, match=r"timed out waiting for its inference server .*"
+                                            r"did the server die or stall\?"):
+        train(cfg)
+    assert actor_children() == []
+
+
+def test_restart_delay_backs_off_for_actors_that_never_get_through():
+    assert [restart_delay(k) for k in range(8)] == [0, 0, 1, 2, 4, 8, 16, 30]
+    assert restart_delay(10_000) == 30
+    with pytest.raises(ValueError, match="futile=-1"):
+        restart_delay(-1)

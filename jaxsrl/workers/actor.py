@@ -15,7 +15,7 @@ agent's ``initial_carry`` must be zeros) and records each segment's first carry.
 Messages (see ``docs/architecture.md``):
   -> inference: ``act``    meta {actor, run, group}; arrays obs..., carry/i...
   <- inference: ``action`` meta {group, version}; arrays action [n, ...], logp [n], carry/i...
-  -> samples:   ``segment`` meta {actor, run, group, env_steps, episodes, timing};
+  -> samples:   ``segment`` meta {actor, run, group, env_steps, episodes, timing, failovers};
                 arrays obs... [n, T+1, ...], final_obs... [n, T, ...], action, reward,
                 terminated, truncated, logp, version [n, T], carry/i... [n, ...]
 
@@ -25,11 +25,20 @@ While a segment waits for room in the learner's queue (backpressure), the actor 
 every ``ping_interval_s`` (1 s), so the launcher's hang detection does not take a
 throttled actor for a hung one.
 
-Exit codes: 0 stopped by SIGTERM/SIGINT; 3 an inference server did not answer in
+Failover: a stream may list several inference servers (``inference_addresses``, its
+own first; remote servers, see ``jaxsrl/topology.py``). If the current one leaves a
+request unanswered for ``failover_s`` (default 5 s), the actor connects a fresh DEALER
+socket to the next address (replies still on their way from the old one are lost
+with the old socket) and re-sends that stream's outstanding requests; failovers are
+logged and counted in segment meta (``failovers``, since the previous segment).
+
+Exit codes: 0 stopped by SIGTERM/SIGINT; 3 no inference server of a stream answered in
 ``timeout_s`` (``startup_timeout_s``, default 300 s, for the first answer: servers
-compile while actors start); 4 the environment raised in ``reset`` or ``step`` (traceback logged, and
-written to ``spec["error_file"]`` if given); 5 the learner did not take a segment in
-``sample_timeout_s`` (default ``10 * timeout_s``); 1 any other error (traceback on stderr).
+compile while actors start; with fallbacks, after every server was tried); 4 the
+environment raised in ``reset`` or ``step`` (traceback logged, and written to
+``spec["error_file"]`` if given); 5 the learner did not take a segment in
+``sample_timeout_s`` (default ``10 * timeout_s``); 1 any other error (traceback on
+stderr).
 
 With ``spec["curve_server_key"]`` set, every socket is a CURVE client of that server
 key, with this actor's keypair from the environment (:mod:`jaxsrl.security`).
@@ -39,6 +48,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -125,18 +135,49 @@ class Stream:
     def __init__(self, spec: dict, ctx: zmq.Context, curve: tuple | None = None):
         self.policy = spec["policy"]
         self.team = spec.get("team")
-        self.inference_address = spec["inference_address"]
+        self.addresses = list(spec.get("inference_addresses") or [spec["inference_address"]])
+        self.current = 0  # index of the server in use
         self.sample_address = spec["sample_address"]
-        self.inference = ctx.socket(zmq.DEALER)
-        self.inference.setsockopt(zmq.LINGER, 0)
+        self._ctx, self._curve = ctx, curve
+        self.inference = self._connect(self.addresses[0])
         self.samples = ctx.socket(zmq.PUSH)
         self.samples.setsockopt(zmq.LINGER, 1000)
         self.samples.setsockopt(zmq.SNDHWM, int(spec.get("sample_hwm", 2)))
         if curve is not None:
-            security.make_client(self.inference, *curve)
             security.make_client(self.samples, *curve)
-        self.inference.connect(spec["inference_address"])
         self.samples.connect(spec["sample_address"])
+        # Failover state: since when requests wait without an answer, since when the
+        # current server has been tried, servers tried since the last answer.
+        self.silent_since = self.tried_at = time.monotonic()
+        self.tried = 1
+        self.has_answered = False
+
+    @property
+    def inference_address(self) -> str:
+        return self.addresses[self.current]
+
+    def _connect(self, address: str) -> zmq.Socket:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if self._curve is not None:
+            security.make_client(sock, *self._curve)
+        sock.connect(address)
+        return sock
+
+    def failover(self) -> zmq.Socket:
+        """Close the inference socket and connect a fresh one to the next server."""
+        self.inference.close()
+        self.current = (self.current + 1) % len(self.addresses)
+        self.inference = self._connect(self.addresses[self.current])
+        self.tried += 1
+        self.tried_at = time.monotonic()
+        return self.inference
+
+    def answered(self) -> None:
+        """A message came from the current server: it is alive."""
+        self.silent_since = self.tried_at = time.monotonic()
+        self.tried = 1
+        self.has_answered = True
 
     def rows_of(self, env) -> np.ndarray:
         teams = getattr(env, "row_team", None)
@@ -183,7 +224,8 @@ class Actor:
         self.timeout_ms = int(1000 * float(spec.get("timeout_s", 30.0)))
         self.startup_timeout_ms = int(1000 * float(spec.get("startup_timeout_s",
                                                               max(300.0, self.timeout_ms / 1000))))
-        self._answered = False
+        self.failover_s = float(spec.get("failover_s", 5.0))
+        self.failovers = 0  # since the last segment sent
         sample_timeout_s = float(spec.get("sample_timeout_s", 10 * self.timeout_ms / 1000))
         ctx = context or zmq.Context.instance()
         curve = None
@@ -216,31 +258,85 @@ class Actor:
         self.timing = {"env_s": 0.0, "wait_s": 0.0}
 
     def _request(self, g: int) -> None:
-        group = self.groups[g]
+        for i in range(len(self.streams)):
+            self._send_request(g, i)
+
+    def _send_request(self, g: int, i: int) -> None:
+        group, stream = self.groups[g], self.streams[i]
+        if not self._outstanding(i):  # the stream's silence clock runs while it waits
+            stream.silent_since = stream.tried_at = time.monotonic()
+        arrays = Group._slice(group.obs, group.rows[i])
+        arrays.update(group.carry[i])
         meta = {"actor": self.actor_id, "run": self.run_id, "group": g}
-        for i, stream in enumerate(self.streams):
-            arrays = Group._slice(group.obs, group.rows[i])
-            arrays.update(group.carry[i])
-            stream.inference.send_multipart(wire.encode("act", arrays, meta), copy=False)
-            group.waiting.add(i)
+        stream.inference.send_multipart(wire.encode("act", arrays, meta), copy=False)
+        group.waiting.add(i)
+
+    def _outstanding(self, i: int) -> bool:
+        return any(i in group.waiting for group in self.groups)
+
+    def _limit_s(self, i: int) -> float:
+        """Longest silence of stream ``i``'s servers before the actor gives up. Until
+        a stream's first answer its servers may still be compiling: wait longer."""
+        return (self.timeout_ms if self.streams[i].has_answered else self.startup_timeout_ms) / 1000
+
+    def _deadline(self, i: int) -> float:
+        stream = self.streams[i]
+        if len(stream.addresses) == 1:
+            return stream.silent_since + self._limit_s(i)
+        return stream.tried_at + min(self.failover_s, self._limit_s(i))
+
+    def _fail_over(self, i: int) -> None:
+        """Stream ``i``'s server missed its deadline: try the next one, re-sending the
+        stream's outstanding requests.
+
+        Raises:
+          TimeoutError: the stream was silent for its whole limit and every server of it
+            was tried (or it has only one).
+        """
+        stream, now = self.streams[i], time.monotonic()
+        limit = self._limit_s(i)
+        if len(stream.addresses) == 1:
+            raise TimeoutError(f"inference server(s) at {stream.inference_address} did not "
+                               f"answer within {limit:.1f} s")
+        if now - stream.silent_since >= limit and stream.tried >= len(stream.addresses):
+            raise TimeoutError(f"inference servers at {', '.join(stream.addresses)} did not "
+                               f"answer within {limit:.1f} s (each tried, failing over after "
+                               f"{self.failover_s:g} s)")
+        old, waited = stream.inference_address, now - stream.tried_at
+        self.poller.unregister(stream.inference)
+        del self._socket_stream[stream.inference]
+        sock = stream.failover()
+        self.poller.register(sock, zmq.POLLIN)
+        self._socket_stream[sock] = i
+        resend = [g for g, group in enumerate(self.groups) if i in group.waiting]
+        for g in resend:
+            self._send_request(g, i)
+        self.failovers += 1
+        log.warning("inference server %s did not answer in %.1f s; failing over to %s "
+                    "(re-sent %d request(s))", old, waited, stream.inference_address, len(resend))
 
     def _receive(self) -> tuple[int, wire.Message]:
         t0 = time.perf_counter()
-        # Until the first answer the servers may still be compiling: wait longer.
-        timeout_ms = self.timeout_ms if self._answered else self.startup_timeout_ms
-        ready = dict(self.poller.poll(timeout_ms))
-        if not ready:
-            names = ", ".join(s.inference_address for s in self.streams)
-            raise TimeoutError(f"inference server(s) at {names} did not answer within "
-                               f"{timeout_ms / 1000:.1f} s")
-        self._answered = True
+        while True:
+            waiting = [i for i in range(len(self.streams)) if self._outstanding(i)]
+            now = time.monotonic()
+            deadline = min((self._deadline(i) for i in waiting), default=now + self.timeout_ms / 1000)
+            ready = dict(self.poller.poll(max(0, math.ceil(1000 * (deadline - now)))))
+            if ready:
+                break
+            now = time.monotonic()
+            for i in waiting:
+                if now >= self._deadline(i):
+                    self._fail_over(i)
         sock = next(iter(ready))
+        i = self._socket_stream[sock]
+        self.streams[i].answered()
         try:
             msg = wire.decode(sock.recv_multipart())
         except wire.WireError as exc:
             msg = wire.Message("invalid", {"error": str(exc)}, {})
         self.timing["wait_s"] += time.perf_counter() - t0
-        return self._socket_stream[sock], msg
+        return i, msg
 
     def run(self, max_segments: int | None = None) -> None:
         """Loop until stopped (or ``max_segments`` segments were sent, for tests)."""
@@ -311,9 +407,11 @@ class Actor:
         # Environment frames (not agent steps) and episodes are counted on the first stream only.
         meta = {"actor": self.actor_id, "run": self.run_id, "group": g,
                 "env_steps": int(getattr(group.env, "num_envs", group.env.num_rows)) * buf.T if i == 0 else 0,
-                "episodes": buf.episodes, "timing": dict(self.timing) if i == 0 else {}}
+                "episodes": buf.episodes, "timing": dict(self.timing) if i == 0 else {},
+                "failovers": self.failovers if i == 0 else 0}
         if i == 0:
             self.timing = {"env_s": 0.0, "wait_s": 0.0}
+            self.failovers = 0
         self._push(self.streams[i], wire.encode("segment", buf.arrays(), meta))
         buf.start(Group._slice(group.obs, group.rows[i]), group.carry[i])
 

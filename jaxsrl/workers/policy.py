@@ -72,14 +72,16 @@ class PolicyWorker:
         (``None``: any integer ids are accepted, e.g. in tests and benchmarks).
       context: ZeroMQ context of the socket (default: the process-wide one).
       curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
+      port: TCP port to bind (0: a free one; a restarted remote server asks for its
+        previous port, so actors' addresses stay valid).
     """
 
     def __init__(self, name: str, policy: str, act: Callable, initial_carry: Callable,
                  observation_space: Any, store: ParameterStore, metrics: MetricsAccumulator,
                  max_rows: int, num_devices: int = 1, host: str = "127.0.0.1",
                  deadline_ms: float = 0.0, seed: int = 0, actors: ActorTable | None = None,
-                 context: zmq.Context | None = None, curve: tuple | None = None):
-        self.name, self.policy = name, policy
+                 context: zmq.Context | None = None, curve: tuple | None = None, port: int = 0):
+        self.name, self.policy, self.port = name, policy, port
         self.actors, self._context, self._curve = actors, context, curve
         self._act = act
         self._carry = CarryCodec(initial_carry)
@@ -161,7 +163,11 @@ class PolicyWorker:
             sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # bigger frames: disconnect
             if self._curve is not None:
                 security.make_server(sock, *self._curve)
-            port = sock.bind_to_random_port(f"tcp://{self.host}")
+            if self.port:
+                sock.bind(f"tcp://{self.host}:{self.port}")
+                port = self.port
+            else:
+                port = sock.bind_to_random_port(f"tcp://{self.host}")
             self.address = f"tcp://{security.connect_host(self.host)}:{port}"
             self.ready.set()  # actors may connect and queue requests while we compile
             try:

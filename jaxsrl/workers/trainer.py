@@ -99,6 +99,9 @@ class TrainerWorker:
       on_nonfinite: ``"drop"`` or ``"raise"`` for segments holding NaN or Inf.
       context: ZeroMQ context of the socket (default: the process-wide one).
       curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
+      before_update: ``before_update(stop_event) -> bool``, called when a batch is ready,
+        before each update; ``False`` skips it and stops the worker (multi-process
+        learners: :class:`jaxsrl.distributed.Lockstep`).
     """
 
     def __init__(self, name: str, policy: str, learn: Callable, put_batch: Callable, state: Any,
@@ -109,12 +112,14 @@ class TrainerWorker:
                  initial_carry: Callable[[int], Any] = lambda n: None,
                  actors: ActorTable | None = None, max_rows: int | None = None,
                  on_nonfinite: str = "drop", context: zmq.Context | None = None,
-                 curve: tuple | None = None):
+                 curve: tuple | None = None,
+                 before_update: Callable[[threading.Event], bool] | None = None):
         if on_nonfinite not in ("drop", "raise"):
             raise ValueError(f"on_nonfinite={on_nonfinite!r} must be 'drop' or 'raise'")
         self.name, self.policy = name, policy
         self.actors, self.on_nonfinite = actors, on_nonfinite
         self._context, self._curve = context, curve
+        self._before_update = before_update
         self._learn, self._put_batch = learn, put_batch
         self.state, self.rng, self.version = state, rng, version
         self._carry = CarryCodec(initial_carry)
@@ -193,6 +198,9 @@ class TrainerWorker:
                     if sock.poll(100):
                         self._receive(sock.recv_multipart(copy=False))
                         while self._pending_rows >= self.batch_segments and not self.stop.is_set():
+                            if self._before_update is not None and not self._before_update(self.stop):
+                                self.stop.set()
+                                break
                             self._update()
             finally:
                 sock.close()
@@ -267,6 +275,8 @@ class TrainerWorker:
             self.metrics.count("nonfinite_segments_dropped")
             return
         self.metrics.add_env_steps(meta.get("env_steps", 0))
+        if type(meta.get("failovers")) is int and 0 < meta["failovers"] < 2**31:  # noqa: E721
+            self.metrics.count("inference_failovers", meta["failovers"])  # actors' server switches
         for episode in self._episodes(meta.get("episodes")):
             team = episode.get("team")
             self.metrics.add_episode(episode)
