@@ -354,12 +354,15 @@ def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actor
                 # Its servers (own and fallbacks) kept turning their loops during the
                 # second half of the actor's wait, so they were alive: the answers did not
                 # reach the actor (its host or network failed). Otherwise a server died or
-                # stalled. (Remote servers are not workers here: those still stop the run.)
+                # stalled. Remote servers report their loop's heartbeat in their status.
                 tried = {x for s in a.spec["streams"]
                          for x in s.get("inference_addresses") or [s["inference_address"]]}
-                waited = [w for w in workers if w.address in tried]
-                if not (waited and all(w.serving.is_set() and mono - w.heartbeat < cfg.actor_timeout_s / 2
-                                       for w in waited)):
+                waited = [(w.serving.is_set(), w.heartbeat) for w in workers
+                          if getattr(w, "address", None) in tried]
+                waited += [pair for w in workers if isinstance(w, RemoteInferenceServers)
+                           for pair in w.liveness(tried)]
+                if not (waited and all(serving and mono - beat < cfg.actor_timeout_s / 2
+                                       for serving, beat in waited)):
                     raise ComponentDied(f"{a.name} timed out waiting for its inference server "
                                         f"({', '.join(addresses)}): did the server die or stall?")
                 metrics.count("actor_unreachable")

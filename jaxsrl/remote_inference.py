@@ -249,6 +249,10 @@ class RemoteInferenceServers:
         else:
             self.serving.clear()
 
+    def liveness(self, addresses: set) -> list[tuple[bool, float]]:
+        """``(serving, last heartbeat)`` of each server listening at one of ``addresses``."""
+        return [(s.serving, s.heartbeat) for s in self.servers if s.address in addresses]
+
     def _restart(self, s: RemoteServer, reason: str) -> None:
         s.child.kill()
         error = _first_line(s.child.spec.get("error_file"))

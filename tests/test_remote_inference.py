@@ -359,3 +359,26 @@ def test_a_server_that_keeps_dying_stops_the_run_naming_it(tmp_path):
                        r"SIGKILL.*max_server_restarts=0\), giving up"):
         train(cfg)
     assert psutil.Process().children(recursive=True) == []
+
+
+def test_server_on_another_ray_node_binds_its_own_address(monkeypatch):
+    from jaxsrl.workers.inference_server import bind_host
+    monkeypatch.setenv("JAXSRL_NODE_IP", "10.9.0.7")
+    assert bind_host("10.9.0.1") == "10.9.0.7"  # the learner's address is not on this node
+    assert bind_host("127.0.0.1") == "127.0.0.1"  # one-node runs stay on loopback
+    assert bind_host("0.0.0.0") == "0.0.0.0"
+    monkeypatch.delenv("JAXSRL_NODE_IP")
+    assert bind_host("10.9.0.1") == "10.9.0.1"
+
+
+def test_remote_servers_report_liveness_by_address():
+    """The launcher asks this to tell a cut-off actor host from a dead remote server."""
+    from jaxsrl.remote_inference import RemoteInferenceServers, RemoteServer
+    sup = RemoteInferenceServers.__new__(RemoteInferenceServers)
+    sup.servers = [RemoteServer("p[0]", "default", "inference", None, address="tcp://a:1",
+                                serving=True, heartbeat=5.0),
+                   RemoteServer("p[1]", "default", "inference", None, address="tcp://b:2",
+                                serving=False, heartbeat=1.0)]
+    assert sup.liveness({"tcp://a:1"}) == [(True, 5.0)]
+    assert sorted(sup.liveness({"tcp://a:1", "tcp://b:2", "tcp://c:3"})) == [(False, 1.0), (True, 5.0)]
+    assert sup.liveness({"tcp://c:3"}) == []

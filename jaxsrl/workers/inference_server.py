@@ -61,6 +61,16 @@ ENV_SERVER_PUBLIC = "JAXSRL_CURVE_SERVER_PUBLIC"
 ENV_SERVER_SECRET = "JAXSRL_CURVE_SERVER_SECRET"
 
 
+def bind_host(host: str) -> str:
+    """The interface to bind: ``host``, except that a server placed on another machine
+    (``JAXSRL_NODE_IP`` set by the Ray launcher to a different address) binds that
+    machine's address rather than the learner's. Loopback stays loopback."""
+    node_ip = os.environ.get("JAXSRL_NODE_IP", "")
+    if node_ip and not security.is_loopback(host) and host not in ("0.0.0.0", node_ip):
+        return node_ip
+    return host
+
+
 class ReportingActorTable(ActorTable):
     """The run's actor table as a remote server knows it (from ``actor_runs`` messages),
     recording which actors were heard from since the last :meth:`take_heard`."""
@@ -157,7 +167,8 @@ class InferenceServer:
         worker = PolicyWorker(
             self.name, self.policy, self._act, self._initial_carry, self._obs_space, self.store,
             self.metrics, max_rows=int(spec["max_rows"]), num_devices=self._mesh_size,
-            host=spec.get("host", "127.0.0.1"), deadline_ms=float(spec.get("deadline_ms", 0.0)),
+            host=bind_host(spec.get("host", "127.0.0.1")),
+            deadline_ms=float(spec.get("deadline_ms", 0.0)),
             seed=int(spec.get("seed", 0)), actors=self.table, context=self.context,
             curve=self._server_keys, port=port)
         thread = threading.Thread(target=worker.run, name=self.name, daemon=True)
