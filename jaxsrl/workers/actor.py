@@ -49,8 +49,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import signal
 import sys
 import time
 import traceback
@@ -62,6 +60,7 @@ import zmq
 from jaxsrl import security, wire
 from jaxsrl.envs import make_actor_env
 from jaxsrl.envs.spaces import action_leaf
+from jaxsrl.workers.child import die_with_parent, install_stop_signals, write_error
 
 log = logging.getLogger("jaxsrl.actor")
 
@@ -453,30 +452,12 @@ class Actor:
             s.close()
 
 
-def _raise_exit(signum, frame):  # noqa: ARG001
-    raise SystemExit(0)
-
-
-def _die_with_parent(parent_pid) -> None:
-    """Ask Linux to SIGKILL this process when the launcher dies (no orphans)."""
-    if parent_pid is None:
-        return
-    try:
-        import ctypes  # noqa: PLC0415
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-    if os.getppid() != int(parent_pid):  # the parent died before prctl took effect
-        raise SystemExit(0)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec: dict[str, Any] = json.loads(argv[0])
     logging.basicConfig(level=logging.INFO, format=f"[actor {spec['actor_id']}] %(message)s")
-    _die_with_parent(spec.get("parent_pid"))
-    signal.signal(signal.SIGTERM, _raise_exit)
-    signal.signal(signal.SIGINT, _raise_exit)
+    die_with_parent(spec.get("parent_pid"))
+    install_stop_signals()
     actor = None
     try:
         actor = Actor(spec)
@@ -490,24 +471,12 @@ def main(argv: list[str] | None = None) -> int:
     except EnvError as exc:
         text = "".join(traceback.format_exception(exc.__cause__ or exc))
         log.error("%s; exiting (exit code %d)\n%s", exc, EXIT_ENV_ERROR, text)
-        _write_error(spec.get("error_file"), f"{exc}\n{text}")
+        write_error(spec.get("error_file"), f"{exc}\n{text}")
         return EXIT_ENV_ERROR
     finally:
         if actor is not None:
             actor.close()
     return 0
-
-
-def _write_error(path: str | None, text: str) -> None:
-    """Leave the failure for the launcher (it names it when it gives up on this actor)."""
-    if not path:
-        return
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(text)
-    except OSError:
-        log.exception("could not write %s", path)
 
 
 if __name__ == "__main__":

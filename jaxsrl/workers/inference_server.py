@@ -42,7 +42,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -251,19 +250,14 @@ class InferenceServer:
             self.context.destroy(linger=0)
 
 
-def _raise_exit(signum, frame):  # noqa: ARG001
-    raise SystemExit(0)
-
-
 def main(argv: list[str] | None = None) -> int:
-    from jaxsrl.workers.actor import _die_with_parent, _write_error  # noqa: PLC0415
+    from jaxsrl.workers.child import die_with_parent, install_stop_signals, write_error  # noqa: PLC0415
 
     argv = sys.argv[1:] if argv is None else argv
     spec: dict[str, Any] = json.loads(argv[0])
     logging.basicConfig(level=logging.INFO, format=f"[{spec.get('name', 'server')}] %(message)s")
-    _die_with_parent(spec.get("parent_pid"))
-    signal.signal(signal.SIGTERM, _raise_exit)
-    signal.signal(signal.SIGINT, _raise_exit)
+    die_with_parent(spec.get("parent_pid"))
+    install_stop_signals()
     server = None
     try:
         server = InferenceServer(spec)
@@ -273,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001  (named to the launcher through the error file)
         text = "".join(traceback.format_exception(exc))
         log.error("%s: %r; exiting\n%s", spec.get("name"), exc, text)
-        _write_error(spec.get("error_file"), f"{exc!r}\n{text}")
+        write_error(spec.get("error_file"), f"{exc!r}\n{text}")
         return 1
     finally:
         if server is not None:

@@ -47,7 +47,7 @@ from typing import Any
 from jaxsrl import distributed
 from jaxsrl.metrics import MetricsAccumulator
 from jaxsrl.processes import ChildProcess, exit_reason, stop_all
-from jaxsrl.workers.actor import _die_with_parent
+from jaxsrl.workers.child import die_with_parent
 
 log = logging.getLogger("jaxsrl.learner_process")
 MODULE = "jaxsrl.workers.learner_process"
@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format=f"[learner {p}] %(message)s", force=True)
     logging.getLogger("absl").setLevel(logging.WARNING)
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
-    _die_with_parent(spec.get("parent_pid"))
+    die_with_parent(spec.get("parent_pid"))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
