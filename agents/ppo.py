@@ -214,6 +214,12 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
       takes the most likely action instead of sampling (``logp`` is still of it).
     """
     if config.network == "entity_lstm":
+        keys = getattr(spec.observation_space, "spaces", None)
+        if not isinstance(keys, dict) or not {"self", "lidar"} <= set(keys):
+            raise ValueError(
+                "ppo.network='entity_lstm' needs entity observations (a Dict with 'self', "
+                "'lidar' and per-kind entity/mask keys, as hide_and_seek gives); got "
+                f"{spec.observation_space}: use ppo.network='mlp' for this environment")
         from agents.ppo_recurrent import make_recurrent  # noqa: PLC0415
         return make_recurrent(config, spec, num_updates, ppo_loss, PPOState)
     if config.network != "mlp":

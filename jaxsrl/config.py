@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import tomllib
 from typing import Annotated, Any, Literal, Optional, Sequence
 
@@ -293,7 +294,20 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
     pre.add_argument("--agent", default="ppo")
     pre.add_argument("--env", default="CartPole-v1")
     pre.add_argument("--config", default=None, help="TOML file (default configs/<env>.toml)")
+    pre.add_argument("--logdir", default="")
+    pre.add_argument("--resume", action="store_true")
     known, rest = pre.parse_known_args(args)
+    saved = _saved_config(known.logdir) if known.resume else None
+    if saved is not None:  # --resume: the run's own config, then the flags given now
+        explicit = {a.split("=")[0] for a in (args if args is not None else sys.argv[1:])}
+        for key in ("agent", "env"):
+            given = getattr(known, key)
+            if f"--{key}" in explicit and given != saved.get(key):
+                raise ValueError(f"--resume: --{key}={given} but the run in {known.logdir} was "
+                                 f"made with {key}={saved.get(key)!r}")
+            setattr(known, key, saved.get(key, given))
+    rest = list(rest) + (["--logdir", known.logdir] if known.logdir else []) + (
+        ["--resume"] if known.resume else [])
     if known.agent not in agents:
         raise ValueError(f"unknown agent {known.agent!r}; valid agents: {sorted(agents)}")
     from jaxsrl.envs import check_env_name  # noqa: PLC0415
@@ -304,13 +318,36 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
     path = known.config or config_file_for(known.env)
     if known.config and not os.path.exists(path):
         raise ValueError(f"config file {path!r} does not exist")
-    if os.path.exists(path):
+    if saved is not None:
+        known_keys = {f.name for f in dataclasses.fields(cls)} - {"agent", "env", "logdir", "resume"}
+        fields = {k: v for k, v in saved.items() if k in known_keys}  # older/newer keys: skipped
+        cfg = _apply_toml(cfg, fields, os.path.join(known.logdir, "config.json"))
+    elif os.path.exists(path):
         with open(path, "rb") as f:
             cfg = _apply_toml(cfg, tomllib.load(f), path)
     cfg = tyro.cli(cls, default=cfg, args=list(rest) + ["--agent", known.agent, "--env", known.env],
                    use_underscores=True, prog="train.py")
     cfg.validate()
     return cfg
+
+
+def _saved_config(logdir: str) -> dict | None:
+    """``LOGDIR/config.json`` of an earlier run (``None`` if there is none).
+
+    Raises:
+      ValueError: the file exists but is not a JSON object.
+    """
+    path = os.path.join(logdir, "config.json") if logdir else ""
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--resume: cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--resume: {path} is not a JSON object")
+    return data
 
 
 def to_dict(cfg: Any) -> dict:

@@ -75,8 +75,27 @@ def default_logdir(cfg) -> str:
     return os.path.join("runs", f"{cfg.env.replace('/', '_')}-{cfg.agent}-{stamp}")
 
 
+# Set by SIGINT/SIGTERM during train(). The handler also raises KeyboardInterrupt, but
+# Python drops an exception raised while a callback runs (e.g. JAX's GC callback:
+# "Exception ignored in ..."), so the control loop checks this flag too.
+_interrupted = threading.Event()
+
+
 def _raise_interrupt(signum, frame):  # noqa: ARG001
+    _interrupted.set()
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _install_stop_handlers() -> dict:
+    """SIGINT and SIGTERM -> KeyboardInterrupt (+ flag); returns the previous handlers.
+
+    Only the main thread may set handlers; elsewhere (e.g. train() in a worker thread)
+    nothing changes and the caller's handling stays in charge.
+    """
+    _interrupted.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 def train(cfg: Any, spawner: Spawner | None = None) -> dict:
@@ -157,7 +176,7 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     actors: list[ActorProcess] = []
     writer: MetricsWriter | None = None
     auth = None
-    old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
+    old_handlers = _install_stop_handlers()
     record: dict = {}
     evaluator: PeriodicEvaluator | None = None
     try:
@@ -259,8 +278,9 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
         record.update(_control_loop(cfg, clock, metrics, writer, workers, threads, trainers,
                                     actors, table, seed_base, evaluator))
     finally:
-        # A second SIGTERM (e.g. from a process manager) must not cut the cleanup short.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # A second signal (e.g. from a process manager) must not cut the cleanup short.
+        for sig in old_handlers:
+            signal.signal(sig, signal.SIG_IGN)
         try:
             if evaluator is not None:
                 evaluator.stop()
@@ -292,11 +312,17 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
                 auth.stop()
             if not any(th.is_alive() for th in threads):
                 context.destroy(linger=0)
-            log.info("stopped after %.1f s; logs in %s", clock(), logdir)
+            saved = {t.policy: t.checkpointer.latest_step() for t in trainers.values()
+                     if t.checkpointer is not None}
+            log.info("stopped after %.1f s; %s; logs in %s", clock(),
+                     ", ".join(f"checkpoint of {p} at version {v}" if v is not None else
+                               f"no checkpoint of {p} (stopped before its first save)"
+                               for p, v in saved.items()) or "no checkpoint", logdir)
         finally:
             if learners is not None:
                 learners.close()
-            signal.signal(signal.SIGTERM, old_handler)
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
     return record | {"logdir": logdir}
 
 
@@ -314,6 +340,8 @@ def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actor
     restart_at: dict[int, float] = {}
     while True:
         time.sleep(0.02)
+        if _interrupted.is_set():  # the signal's own KeyboardInterrupt may have been dropped
+            raise KeyboardInterrupt("stop signal")
         for w, th in zip(workers, threads):
             if w.error is not None:
                 raise ComponentDied(f"{w.name} died: {w.error!r}") from w.error

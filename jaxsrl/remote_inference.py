@@ -11,7 +11,7 @@ looks like a worker to the launcher (``name``, ``ready``, ``stop``, ``error``,
 * it starts every server with :class:`~jaxsrl.processes.ChildProcess` (so placement
   through ``launch_prefix`` or a Ray spawner applies) and is ``ready`` once all of
   them bound their sockets and compiled (``serving``);
-* from each ``server_status`` it logs ``param_lag/<server>`` (learner version minus the
+* from each ``server_status`` it logs ``param_lag/<server>`` (``policy[1]`` -> ``policy_1``; learner version minus the
   version served, in versions), the servers' ``inference/*`` means and counters, and
   marks the actors they heard from as seen (the launcher's hang detection);
 * a server process that dies, or stays silent (no status, or a serving loop that did
@@ -204,7 +204,7 @@ class RemoteInferenceServers:
             s.version = version
             learner = self.metrics.policy_version.get(s.policy)
             if version >= 0 and learner is not None:
-                self.metrics.add_means({f"param_lag/{s.name}": learner - version})
+                self.metrics.add_means({f"param_lag/{metric_name(s.name)}": learner - version})
         means = meta.get("means")
         if isinstance(means, dict):
             self.metrics.add_means({k: v for k, v in means.items() if isinstance(k, str)
@@ -269,6 +269,11 @@ class RemoteInferenceServers:
                     f": {error}" if error else "", s.port or "any", self.restarts,
                     self.cfg.max_server_restarts)
         self._start(s)
+
+
+def metric_name(server: str) -> str:
+    """``policy[1]`` -> ``policy_1``: a metric-key part TensorBoard accepts as is."""
+    return server.replace("[", "_").replace("]", "")
 
 
 def _first_line(path: str | None) -> str:

@@ -103,7 +103,7 @@ def render(rows: list, hw, bench_path: str, command: str) -> str:
                    f"{c.learn_flops_per_env_step / 1e6:.1f} | {c.bytes_per_env_step / 1e3:.1f} | "
                    f"{c.env_steps_per_request} |")
     out += ["",
-            "Assumed (no GPU was lent to this task, so none of these is measured): effective "
+            "Assumed (none of these is measured yet: no GPU machine was available): effective "
             f"{hw.gpu_flops_learner / 1e12:.0f} TFLOP/s per GPU for `learn` (large batches) and "
             f"{hw.gpu_flops_inference / 1e12:.0f} TFLOP/s for `act` (request-sized batches) — "
             "about 10-15% of an A100/H100's dense peak for these small layers; "
@@ -115,7 +115,7 @@ def render(rows: list, hw, bench_path: str, command: str) -> str:
         out += [f"## {c.name}", "",
                 "Projected training env steps/s (bottleneck stage in brackets):", "",
                 "| actor cores | " + " | ".join(f"{g} GPU" + ("s" if g > 1 else "") for g in GPUS) +
-                " | GPUs to keep up with the actors |",
+                " | GPUs (with their hosts and server cores) for the actors to be the limit |",
                 "| --- |" + " --- |" * (len(GPUS) + 1)]
         for n in CORES:
             cells = []
@@ -149,12 +149,12 @@ def render(rows: list, hw, bench_path: str, command: str) -> str:
             "- SRL (Mei et al. 2023, abstract of arXiv 2306.16688v2) ran hide-and-seek on over "
             "15,000 CPU cores and 32 A100 GPUs, and reproduced OpenAI's result up to 5x faster "
             "in wall-clock time than OpenAI's Rapid. The last column above says how many GPUs "
-            "this model needs to keep up with a given number of actor cores; it assumes our "
+            "this model needs before the actors are the limit; it assumes our "
             "environment's speed per core, and SRL's (the original `mujoco-worldgen` game) was "
             "not measured here.",
             "- OpenAI (Baker et al. 2019) trained the full game with a 64,000-sample batch and a "
-            "model of about 1.6M parameters; these figures are quoted from memory of the paper, "
-            "not re-read in this session. Our `configs/hide_and_seek_full.toml` uses the "
+            "model of about 1.6M parameters (figures as we recall them from the paper; check "
+            "them there before relying on them). Our `configs/hide_and_seek_full.toml` uses the "
             "same batch (6,400 segments x 10 steps) with a 0.6M-parameter model (width 128).",
             "",
             "## What this model leaves out",

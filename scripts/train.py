@@ -41,7 +41,7 @@ def main() -> int:
         log.error("run stopped: %s", exc)
         return 1
     except KeyboardInterrupt:
-        log.warning("interrupted; checkpoint saved")
+        log.warning("interrupted (the line above names the checkpoint saved)")
         return 130
     except (ValueError, TypeError, FileNotFoundError, gymnasium.error.Error) as exc:
         # Problems found before training starts: unsupported spaces, a missing

@@ -95,3 +95,24 @@ def test_broken_dataflows_are_rejected(data, match):
 def test_agent_hyperparameters_are_range_checked(flag, match):
     with pytest.raises(ValueError, match=match):
         load_config([flag])
+
+
+def test_resume_takes_the_runs_own_config_then_the_flags_given_now(tmp_path):
+    import json
+
+    from jaxsrl.config import to_dict
+    logdir = str(tmp_path / "run")
+    first = load_config(["--env=HalfCheetah-v5", "--remote_inference", "--inference_servers=2",
+                         "--ppo.learning_rate=0.001", f"--logdir={logdir}"])
+    (tmp_path / "run").mkdir()
+    saved = to_dict(first) | {"logdir": logdir, "a_key_of_another_version": 1}
+    (tmp_path / "run" / "config.json").write_text(json.dumps(saved))
+    again = load_config([f"--logdir={logdir}", "--resume", "--total_env_steps=2000000"])
+    assert again.env == "HalfCheetah-v5" and again.resume  # not the default CartPole-v1
+    assert again.remote_inference and again.inference_servers == 2
+    assert again.ppo.learning_rate == 0.001 and again.ppo.hidden_sizes == first.ppo.hidden_sizes
+    assert again.total_env_steps == 2_000_000  # a flag given now wins
+    with pytest.raises(ValueError, match="--env=CartPole-v1 but the run .*HalfCheetah-v5"):
+        load_config(["--env=CartPole-v1", f"--logdir={logdir}", "--resume"])
+    fresh = load_config([f"--logdir={logdir}"])  # without --resume the file is not read
+    assert fresh.env == "CartPole-v1"

@@ -337,3 +337,8 @@ def test_normalisation_off_leaves_statistics_untouched(discrete):
     new, _ = learn(state, random_traj(DISCRETE), jax.random.PRNGKey(1))
     for a, b in zip(jax.tree.leaves(state.params["obs_stats"]), jax.tree.leaves(new.params["obs_stats"])):
         np.testing.assert_array_equal(a, b)
+
+
+def test_entity_lstm_on_a_non_entity_space_is_refused_naming_it():
+    with pytest.raises(ValueError, match="entity_lstm.*Box.*mlp"):
+        ppo.make(dataclasses.replace(SMALL, network="entity_lstm"), DISCRETE, num_updates=10)

@@ -296,7 +296,7 @@ def test_cartpole_with_two_remote_servers_over_curve(tmp_path):
     record = train(load_config(SMALL + ["--total_env_steps=4000", f"--logdir={logdir}", "--curve"]))
     assert record["env_steps"] >= 4000 and record["policy_version"] >= 3
     records = [r for r in _records(logdir) if not r.get("final")]
-    for name in ("policy[0]", "policy[1]"):  # both servers served and reported their lag
+    for name in ("policy_0", "policy_1"):  # both servers served and reported their lag
         lags = [r[f"param_lag/{name}"] for r in records if f"param_lag/{name}" in r]
         assert lags and all(0 <= lag <= record["policy_version"] for lag in lags)
     assert any(r.get("inference/batch_rows", 0) > 0 for r in records)

@@ -112,9 +112,9 @@ def project(c: Costs, hw: Hardware, actor_cores: int, gpus: int) -> tuple[float,
 
 
 def gpus_to_keep_up(c: Costs, hw: Hardware, actor_cores: int, max_gpus: int = 4096) -> int | None:
-    """Fewest GPUs for which the actors (not the GPUs) are the bottleneck, or None."""
+    """Fewest GPUs (and the accelerator hosts and server cores that come with them) for
+    which the actors are the bottleneck, or None within ``max_gpus``."""
     for g in range(1, max_gpus + 1):
-        ceil = ceilings(c, hw, actor_cores, g)
-        if ceil["gpus"] >= ceil["actors"]:
+        if project(c, hw, actor_cores, g)[1] == "actors":
             return g
     return None
