@@ -309,9 +309,30 @@ def connect(cfg: Any) -> bool:
         # Ray runs workers at nice 15 (RayConfig worker_niceness); a local run's processes
         # have the default priority: same here, or other work on the machine starves them.
         os.environ.setdefault("RAY_worker_niceness", "0")
+    check_reachable(cfg.ray_address)
     ray.init(address=cfg.ray_address or None, runtime_env=runtime_env,
              include_dashboard=False, logging_level=logging.WARNING, **local)
     return True
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a ``--ray_address`` nobody listens at (``ray.init`` would retry for
+    minutes). ``""`` and ``auto`` are left to Ray.
+
+    Raises:
+      ValueError: no TCP connection to ``HOST:PORT`` within ``timeout_s``, naming it.
+    """
+    if not address or address == "auto" or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--ray_address={address!r} must be HOST:PORT (e.g. 10.0.0.1:6379) or 'auto'")
+    import socket  # noqa: PLC0415
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ValueError(f"--ray_address={address}: no Ray head answers there ({exc}); start one "
+                         "with `ray start --head --port=PORT` or fix the address") from None
 
 
 def train_on_ray(cfg: Any) -> dict:

@@ -137,6 +137,21 @@ def test_launcher_ray_without_ray_installed_is_a_one_line_error(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+def test_unreachable_ray_address_is_a_quick_clear_error():
+    import socket
+
+    from jaxsrl.ray_launcher import check_reachable
+    with socket.socket() as sock:  # a free port nobody listens at
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ValueError, match=f"--ray_address=127.0.0.1:{port}: no Ray head answers"):
+        check_reachable(f"127.0.0.1:{port}", timeout_s=2.0)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        check_reachable("head-node")
+    check_reachable("")  # a one-node cluster started here
+    check_reachable("auto")
+
+
 def test_ray_process_handle_behaves_like_popen(cluster, monkeypatch):
     for key, value in _env().items():
         monkeypatch.setenv(key, value)
