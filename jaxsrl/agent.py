@@ -58,6 +58,10 @@ class Trajectory(NamedTuple):
         each action (for staleness).
       carry: recurrent state at ``t = 0`` of each segment, ``[B, ...]`` leaves, or
         ``None`` for feed-forward agents.
+      valid: ``[B, T]`` bool, False on idle steps (the row's agent is absent from the
+        episode, e.g. variable team sizes in ``hide_and_seek_full``), or ``None`` when
+        every step is valid. Agents mask idle steps out of observation statistics,
+        advantages, returns and the loss.
     """
 
     obs: PyTree
@@ -69,6 +73,7 @@ class Trajectory(NamedTuple):
     behaviour_logp: Any
     policy_version: Any
     carry: PyTree = None
+    valid: Any = None
 
 
 class AgentFns(NamedTuple):
