@@ -26,11 +26,36 @@ def init_stats(shape: tuple) -> RunningStats:
                         jnp.asarray(1e-4, jnp.float32))
 
 
-def update_stats(stats: RunningStats, x: jax.Array) -> RunningStats:
-    """Merge a batch ``x [..., *shape]`` (all leading axes are samples)."""
+def update_stats(stats: RunningStats, x: jax.Array, mask: jax.Array | None = None) -> RunningStats:
+    """Merge a batch ``x [..., *shape]`` (all leading axes are samples).
+
+    The pooled mean and variance of the old samples and the batch (Chan et al. 1979)::
+
+        mean' = mean + delta * n / (c + n)
+        var'  = (var * c + var_b * n + delta^2 * c * n / (c + n)) / (c + n)
+
+    with ``delta = mean_b - mean``, ``c`` the old count, ``n`` the batch's.
+
+    Args:
+      stats: the statistics so far.
+      x: ``[..., *shape]`` float samples.
+      mask: ``[...]`` bool (the leading axes of ``x``), the samples that count
+        (``None``: all). An all-False mask leaves ``stats`` unchanged.
+    """
+    lead = x.shape[: x.ndim - stats.mean.ndim]
     x = x.reshape((-1,) + stats.mean.shape).astype(jnp.float32)
-    n = jnp.asarray(x.shape[0], jnp.float32)
-    mean, var = x.mean(0), x.var(0)
+    if mask is None:
+        w = jnp.ones((x.shape[0],), jnp.float32)
+    else:
+        chex_shape = tuple(mask.shape)
+        if chex_shape != tuple(lead):
+            raise ValueError(f"mask shape {chex_shape} != sample axes {tuple(lead)}")
+        w = mask.reshape(-1).astype(jnp.float32)
+    w = w.reshape((-1,) + (1,) * stats.mean.ndim)
+    n = jnp.sum(w)
+    safe_n = jnp.maximum(n, 1.0)
+    mean = jnp.sum(w * x, 0) / safe_n
+    var = jnp.sum(w * (x - mean) ** 2, 0) / safe_n
     delta = mean - stats.mean
     total = stats.count + n
     new_mean = stats.mean + delta * n / total
@@ -55,10 +80,11 @@ def init_obs_stats(example_obs) -> dict | RunningStats:
     return init_stats(example_obs.shape)
 
 
-def update_obs_stats(stats, obs):
+def update_obs_stats(stats, obs, mask=None):
+    """Merge an observation batch (leaves ``[..., *shape]``); ``mask`` as in ``update_stats``."""
     if isinstance(stats, dict):
-        return {k: update_stats(s, obs[k]) for k, s in stats.items()}
-    return update_stats(stats, obs)
+        return {k: update_stats(s, obs[k], mask) for k, s in stats.items()}
+    return update_stats(stats, obs, mask)
 
 
 def normalize_obs(stats, obs):

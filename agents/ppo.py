@@ -20,9 +20,14 @@ import optax
 from agents import encoders, networks
 from agents import normalization as nz
 from agents.optim import clipped_adam
-from agents.state import LearnerState
+from agents.ppo_loss import (PPOLoss, masked_mean, minibatch_metrics, pop_art_preserve,
+                             ppo_loss, replace_at, standardise, unstandardise)
+from agents.ppo_recurrent import make_recurrent
 from agents.returns import bootstrap_values, gae
+from agents.state import LearnerState
 from jaxsrl.agent import Agent, AgentFns, EnvSpec, Trajectory
+
+__all__ = ["AGENT", "PPOConfig", "PPOLoss", "PPOState", "make", "ppo_loss"]  # loss re-exported
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +80,12 @@ class PPOConfig:
     learner state, saved with checkpoints). For vector/MuJoCo observations."""
     normalize_values: bool = False
     """Value head predicts returns standardised by a running mean/std of the GAE returns
-    (plays the part of the reward scaling of PPO for MuJoCo, Engstrom et al. 2020)."""
+    (plays the part of the reward scaling of PPO for MuJoCo, Engstrom et al. 2020). When
+    the statistics change, the head's last layer is rescaled so its unnormalised output
+    is preserved (PopArt, van Hasselt et al. 2016; ``agents.ppo_loss.pop_art_preserve``)."""
+    kl_coef: float = 0.0
+    """Weight of a KL(pi_old || pi) penalty added to the clipped loss (0: none).
+    Sample Factory's ``kl_loss_coeff`` (0.1 in its MuJoCo settings)."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first out-of-range hyperparameter."""
@@ -83,7 +93,7 @@ class PPOConfig:
                   ("num_minibatches", self.num_minibatches >= 1), ("gamma", 0 <= self.gamma <= 1),
                   ("gae_lambda", 0 <= self.gae_lambda <= 1), ("clip_eps", self.clip_eps > 0),
                   ("vf_coef", self.vf_coef >= 0), ("ent_coef", self.ent_coef >= 0),
-                  ("max_grad_norm", self.max_grad_norm > 0), ("attention_heads", self.attention_heads >= 1),
+                  ("max_grad_norm", self.max_grad_norm > 0), ("kl_coef", self.kl_coef >= 0), ("attention_heads", self.attention_heads >= 1),
                   ("hidden_sizes", all(h >= 1 for h in self.hidden_sizes))]
         for name, ok in checks:
             if not ok:
@@ -95,103 +105,12 @@ class PPOConfig:
 PPOState = LearnerState  # (params, opt_state, update_step); see agents/state.py
 
 
-class PPOLoss(NamedTuple):
-    """Output of ``ppo_loss``; every field is a scalar.
-
-    Attributes:
-      total: ``policy + vf_coef * value - ent_coef * entropy`` (what is minimised).
-      policy: clipped-surrogate loss ``-L^CLIP``.
-      value: ``0.5 * mean((V - G)^2)``, with the clipped variant where configured.
-      entropy: mean policy entropy.
-      approx_kl: ``mean((r - 1) - log r)``, an estimate of ``KL(pi_old || pi)``.
-      clip_fraction: fraction of samples with ``|r - 1| > clip_eps``.
-    """
-
-    total: jax.Array
-    policy: jax.Array
-    value: jax.Array
-    entropy: jax.Array
-    approx_kl: jax.Array
-    clip_fraction: jax.Array
-
-
-def ppo_loss(
-    logp: chex.Array,
-    behaviour_logp: chex.Array,
-    advantage: chex.Array,
-    value: chex.Array,
-    old_value: chex.Array,
-    return_: chex.Array,
-    entropy: chex.Array,
-    *,
-    clip_eps: float,
-    vf_coef: float,
-    ent_coef: float,
-    clip_value_loss: bool = True,
-    normalize_advantages: bool = True,
-) -> PPOLoss:
-    """PPO clipped-surrogate loss (Schulman et al. 2017, eq. 7 and eq. 9).
-
-    With ratio ``r = exp(logp - behaviour_logp)`` and advantages ``A`` (standardised
-    over the batch when ``normalize_advantages``)::
-
-        L^CLIP = mean(min(r * A, clip(r, 1 - eps, 1 + eps) * A))
-        L^V    = 0.5 * mean((V - G)^2), or with ``clip_value_loss`` (PPO2 / CleanRL)
-                 0.5 * mean(max((V - G)^2, (V_old + clip(V - V_old, -eps, eps) - G)^2))
-        total  = -L^CLIP + vf_coef * L^V - ent_coef * mean(H)
-
-    Args:
-      logp: ``[N]`` log-probability of the taken actions under the current policy.
-      behaviour_logp: ``[N]`` log-probability under the policy that acted.
-      advantage: ``[N]`` advantage estimates (no gradient flows through them).
-      value: ``[N]`` current value predictions ``V(s)``.
-      old_value: ``[N]`` value predictions before this update (for value clipping).
-      return_: ``[N]`` value targets ``G``.
-      entropy: ``[N]`` policy entropy at each state.
-      clip_eps: clipping range epsilon (ratio and, if enabled, value).
-      vf_coef: weight of ``L^V``.
-      ent_coef: weight of the entropy bonus.
-      clip_value_loss: use the clipped value loss.
-      normalize_advantages: standardise ``advantage`` (mean 0, std 1, eps 1e-8).
-
-    Returns:
-      ``PPOLoss`` of scalars.
-    """
-    chex.assert_rank([logp, behaviour_logp, advantage, value, old_value, return_,
-                      entropy], 1)
-    chex.assert_equal_shape([logp, behaviour_logp, advantage, value, old_value,
-                             return_, entropy])
-    advantage = jax.lax.stop_gradient(advantage)
-    if normalize_advantages:
-        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-
-    log_ratio = logp - behaviour_logp
-    ratio = jnp.exp(log_ratio)
-    clipped_ratio = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
-    policy_loss = -jnp.mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage))
-
-    value_err = (value - return_) ** 2
-    if clip_value_loss:
-        clipped_value = old_value + jnp.clip(value - old_value, -clip_eps, clip_eps)
-        value_err = jnp.maximum(value_err, (clipped_value - return_) ** 2)
-    value_loss = 0.5 * jnp.mean(value_err)
-
-    mean_entropy = jnp.mean(entropy)
-    total = policy_loss + vf_coef * value_loss - ent_coef * mean_entropy
-    return PPOLoss(
-        total=total,
-        policy=policy_loss,
-        value=value_loss,
-        entropy=mean_entropy,
-        approx_kl=jax.lax.stop_gradient(jnp.mean((ratio - 1.0) - log_ratio)),
-        clip_fraction=jax.lax.stop_gradient(
-            jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32))
-        ),
-    )
-
-
 class _Batch(NamedTuple):
-    """Flat transitions, ``[N, ...]`` leaves with ``N = B * T``."""
+    """Flat transitions, ``[N, ...]`` leaves with ``N = B * T``.
+
+    ``return_`` and ``old_value`` are in the value head's units; ``mask`` is ``[N]``
+    bool (valid steps) or ``None``.
+    """
 
     obs: chex.ArrayTree
     action: jax.Array
@@ -199,6 +118,7 @@ class _Batch(NamedTuple):
     advantage: jax.Array
     return_: jax.Array
     old_value: jax.Array
+    mask: jax.Array | None
 
 
 def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
@@ -220,8 +140,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
                 "ppo.network='entity_lstm' needs entity observations (a Dict with 'self', "
                 "'lidar' and per-kind entity/mask keys, as hide_and_seek gives); got "
                 f"{spec.observation_space}: use ppo.network='mlp' for this environment")
-        from agents.ppo_recurrent import make_recurrent  # noqa: PLC0415
-        return make_recurrent(config, spec, num_updates, ppo_loss, PPOState)
+        return make_recurrent(config, spec, num_updates, PPOState)
     if config.network != "mlp":
         raise ValueError(f"unknown network {config.network!r}; valid: 'mlp', 'entity_lstm'")
     if config.activation not in networks.ACTIVATIONS:
@@ -246,10 +165,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
 
     def _unscale(params, v):
         """Network value -> return units (identity unless ``normalize_values``)."""
-        if not config.normalize_values:
-            return v
-        rs = params["ret_stats"]
-        return v * jnp.sqrt(rs.var + 1e-8) + rs.mean
+        return unstandardise(params["ret_stats"], v) if config.normalize_values else v
 
     def init(rng: chex.PRNGKey) -> PPOState:
         """Parameters ``{"net", "obs_stats", "ret_stats"}``, Adam state, step 0."""
@@ -274,6 +190,9 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         """Values in return units of observations ``[B, T, ...]``."""
         return _unscale(params, net.apply(params["net"], _obs(params, obs), method="value"))
 
+    # The value head's output layer (rescaled by PopArt when the return statistics move).
+    value_layer = ("params", "value_net", f"Dense_{len(config.hidden_sizes)}")
+
     def loss_fn(variables, batch: _Batch):
         # batch.obs is already normalised; return_/old_value are in the value head's units.
         dist, value = net.apply(variables, net_input(batch.obs))
@@ -290,6 +209,8 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             ent_coef=config.ent_coef,
             clip_value_loss=config.clip_value_loss,
             normalize_advantages=config.normalize_advantages,
+            kl_coef=config.kl_coef,
+            mask=batch.mask,
         )
         return out.total, out
 
@@ -299,30 +220,29 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         lr = learning_rate(step)  # what Adam uses at this step (for the metrics)
         updates, opt_state = optimiser.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        metrics = {
-            "loss/total": out.total,
-            "loss/policy": out.policy,
-            "loss/value": out.value,
-            "loss/entropy": out.entropy,
-            "approx_kl": out.approx_kl,
-            "clip_fraction": out.clip_fraction,
-            "grad_norm": optax.tree.norm(grads),
-            "learning_rate": jnp.asarray(lr, jnp.float32),
-        }
-        return (params, opt_state, step + 1), metrics
+        return (params, opt_state, step + 1), minibatch_metrics(out, grads, lr)
 
     def learn(state: PPOState, traj: Trajectory, rng: chex.PRNGKey):
-        """One PPO update on ``B`` segments of ``T`` steps -> ``(state, metrics)``."""
+        """One PPO update on ``B`` segments of ``T`` steps -> ``(state, metrics)``.
+
+        Order (so that on-policy data at learning rate 0 gives ratio 1 and clipped =
+        unclipped value loss at the first step): values and GAE with the parameters
+        and statistics the actors used; then the return statistics merge this batch's
+        returns and PopArt rescales the value head to them; SGD on observations
+        normalised with the *unchanged* observation statistics; the observation
+        statistics merge this batch last (CleanRL/SB3 normalise with the statistics
+        the actors used as well). Steps where ``traj.valid`` is False count nowhere.
+        """
         B, T = traj.reward.shape
         n = B * T
         if n % config.num_minibatches:
             raise ValueError(f"B * T = {B} * {T} is not divisible by num_minibatches="
                              f"{config.num_minibatches}")
         chex.assert_shape([traj.terminated, traj.truncated, traj.behaviour_logp], (B, T))
+        valid = traj.valid  # [B, T] bool or None
+        if valid is not None:
+            chex.assert_shape(valid, (B, T))
         params = state.params
-        if config.normalize_observations:  # statistics first, so act and learn agree
-            params = {**params, "obs_stats": nz.update_obs_stats(
-                params["obs_stats"], jax.tree.map(lambda x: x[:, :T], traj.obs))}
 
         # Fresh values with the current parameters; also the "old" values for clipping.
         v_obs = value_fn(params, traj.obs)  # [B, T + 1]
@@ -340,11 +260,14 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         )  # [T, B] each
 
         target, old_value = ret.T, v_obs[:, :T]  # [B, T], return units
+        variables = params["net"]
         if config.normalize_values:
-            rs = nz.update_stats(params["ret_stats"], ret)
+            rs_old = params["ret_stats"]
+            rs = nz.update_stats(rs_old, target, valid)
+            variables = replace_at(variables, value_layer,
+                                   lambda d: pop_art_preserve(d, rs_old, rs))
             params = {**params, "ret_stats": rs}
-            standardise = lambda v: (v - rs.mean) / jnp.sqrt(rs.var + 1e-8)
-            target, old_value = standardise(target), standardise(old_value)
+            target, old_value = standardise(rs, target), standardise(rs, old_value)
 
         flat = lambda x: x.reshape((n,) + x.shape[2:])
         obs = traj.obs
@@ -357,6 +280,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             advantage=flat(adv.T),
             return_=flat(target),
             old_value=flat(old_value),
+            mask=None if valid is None else flat(valid),
         )
 
         def epoch(carry, key):
@@ -366,12 +290,17 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
 
         first_step = state.update_step * steps_per_update  # optimiser steps so far
         (variables, opt_state, _), metrics = jax.lax.scan(
-            epoch, (params["net"], state.opt_state, first_step),
+            epoch, (variables, state.opt_state, first_step),
             jax.random.split(rng, config.num_epochs), unroll=unroll,
         )
         metrics = jax.tree.map(jnp.mean, metrics)
-        metrics["value_mean"] = jnp.mean(v_obs[:, :T])
-        metrics["advantage_mean"] = jnp.mean(adv)
+        metrics["value_mean"] = masked_mean(v_obs[:, :T], valid)
+        metrics["advantage_mean"] = masked_mean(adv.T, valid)
+        if config.normalize_values:
+            metrics["return_std"] = jnp.sqrt(params["ret_stats"].var)
+        if config.normalize_observations:  # last: act and learn used the same statistics
+            params = {**params, "obs_stats": nz.update_obs_stats(
+                params["obs_stats"], jax.tree.map(lambda x: x[:, :T], traj.obs), valid)}
         return PPOState({**params, "net": variables}, opt_state, state.update_step + 1), metrics
 
     def initial_carry(n: int):

@@ -8,10 +8,12 @@ here). Differences from the feed-forward path in ``agents/ppo.py``:
   the LSTM over the whole segment (BPTT length = ``segment_length``), zeroing the
   carry after every step that ended an episode;
 * minibatches are sets of whole segments, not shuffled transitions;
-* observations are normalised with running statistics (``normalize_observations``)
-  and values with a running return scale (``normalize_values``: the value head
-  predicts ``(G - mean) / std``), both kept in ``params`` so that ``act`` and
-  checkpoints see them;
+* observations are normalised with running statistics (``normalize_observations``,
+  merged after the loss so ``act`` and ``learn`` agree) and values with a running
+  return scale (``normalize_values``: the value head predicts ``(G - mean) / std``,
+  its output layer rescaled by PopArt when the statistics move), both kept in
+  ``params`` so that ``act`` and checkpoints see them;
+* steps where ``Trajectory.valid`` is False (idle rows) count in no statistic or loss;
 * a non-finite gradient skips the optimiser step (``optax.apply_if_finite``).
 
 The loss is ``agents.ppo.ppo_loss`` (Schulman et al. 2017, eq. 7, 9); advantages are
@@ -27,6 +29,8 @@ import optax
 from agents import networks, normalization as nz
 from agents.optim import clipped_adam
 from agents.entity_network import RecurrentEntityActorCritic, widths
+from agents.ppo_loss import (masked_mean, minibatch_metrics, pop_art_preserve, ppo_loss,
+                             replace_at, standardise, unstandardise)
 from agents.returns import bootstrap_values, gae
 from jaxsrl.agent import AgentFns, EnvSpec, Trajectory
 
@@ -72,7 +76,13 @@ def unroll_network(net, variables, obs, final_obs, reset, carry):
     return dists, values, v_final
 
 
-def make_recurrent(config, spec: EnvSpec, num_updates: int, ppo_loss, state_cls) -> AgentFns:
+def _schedule_count(opt_state) -> jax.Array:
+    """The step count Adam's schedule reads (skipped non-finite steps do not advance it)."""
+    is_sched = lambda x: isinstance(x, optax.ScaleByScheduleState)
+    return next(x for x in jax.tree.leaves(opt_state, is_leaf=is_sched) if is_sched(x)).count
+
+
+def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentFns:
     """Build recurrent PPO's pure functions (see module docstring).
 
     ``state.params`` is ``{"net": variables, "obs_stats": ..., "ret_stats": ...}``.
@@ -81,7 +91,7 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, ppo_loss, state_cls)
                                      width=widths(config.hidden_sizes), heads=config.attention_heads)
     obs_space = spec.observation_space
     steps_per_update = config.num_epochs * config.num_minibatches
-    inner, _ = clipped_adam(config.learning_rate, config.anneal_lr, num_updates * steps_per_update,
+    inner, learning_rate = clipped_adam(config.learning_rate, config.anneal_lr, num_updates * steps_per_update,
                             config.max_grad_norm)
     optimiser = optax.apply_if_finite(inner, max_consecutive_errors=1_000_000)
 
@@ -108,34 +118,40 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, ppo_loss, state_cls)
     def unroll(variables, obs, final_obs, reset, carry):
         return unroll_network(net, variables, obs, final_obs, reset, carry)
 
+    value_layer = ("params", "v_out")  # rescaled by PopArt when the return statistics move
+
     def learn(state, traj: Trajectory, rng):
+        """One update; same order of operations as ``agents.ppo`` (see its ``learn``)."""
         B, T = traj.reward.shape
         if B % config.num_minibatches:
             raise ValueError(f"B={B} segments not divisible by num_minibatches={config.num_minibatches}")
         params = state.params
-        if config.normalize_observations:
-            params = {**params, "obs_stats": nz.update_obs_stats(
-                params["obs_stats"], jax.tree.map(lambda x: x[:, :T], traj.obs))}
         tm = lambda x: jnp.swapaxes(x, 0, 1)  # [B, T, ...] -> [T, B, ...]
         obs = jax.tree.map(tm, _obs(params, traj.obs))
         final_obs = jax.tree.map(tm, _obs(params, traj.final_obs))
         done = jnp.logical_or(traj.terminated, traj.truncated)
         reset = jnp.concatenate([jnp.zeros((B, 1), bool), done], axis=1)  # [B, T+1]: before step t
+        valid = None if traj.valid is None else tm(traj.valid)  # [T, B]
         _, v_norm, vf_norm = unroll(params["net"], obs, final_obs, tm(reset), traj.carry)
         rs = params["ret_stats"]
-        scale = (lambda v: v * jnp.sqrt(rs.var + 1e-8) + rs.mean) if config.normalize_values else (lambda v: v)
+        scale = (lambda v: unstandardise(rs, v)) if config.normalize_values else (lambda v: v)
         v_obs, v_final = scale(v_norm), scale(vf_norm)  # [T+1, B], [T, B]
         v_tp1 = bootstrap_values(v_obs, v_final, tm(traj.truncated))
         adv, ret = gae(tm(traj.reward).astype(jnp.float32),
                        config.gamma * (1.0 - tm(traj.terminated).astype(jnp.float32)),
                        v_obs[:T], v_tp1, tm(done), config.gae_lambda)  # [T, B]
+        target, old_value = ret, v_obs[:T]
+        variables = params["net"]
         if config.normalize_values:
-            rs = nz.update_stats(rs, ret)
+            rs_new = nz.update_stats(rs, ret, valid)
+            variables = replace_at(variables, value_layer,
+                                   lambda d: pop_art_preserve(d, rs, rs_new))
+            rs = rs_new
             params = {**params, "ret_stats": rs}
-        target = (ret - rs.mean) / jnp.sqrt(rs.var + 1e-8) if config.normalize_values else ret
-        old_value = (v_obs[:T] - rs.mean) / jnp.sqrt(rs.var + 1e-8) if config.normalize_values else v_obs[:T]
+            target, old_value = standardise(rs, target), standardise(rs, old_value)
         data = dict(obs=obs, reset=tm(reset), action=tm(traj.action),
-                    logp=tm(traj.behaviour_logp), adv=adv, target=target, old_value=old_value)
+                    logp=tm(traj.behaviour_logp), adv=adv, target=target, old_value=old_value,
+                    valid=jnp.ones((T, B), bool) if valid is None else valid)
 
         def loss_fn(variables, mb, carry):
             dists, values, _ = unroll(variables, mb["obs"], None, mb["reset"], carry)
@@ -146,7 +162,9 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, ppo_loss, state_cls)
                            flat(mb["target"]), flat(networks.entropy(dist)),
                            clip_eps=config.clip_eps, vf_coef=config.vf_coef, ent_coef=config.ent_coef,
                            clip_value_loss=config.clip_value_loss,
-                           normalize_advantages=config.normalize_advantages)
+                           normalize_advantages=config.normalize_advantages,
+                           kl_coef=config.kl_coef,
+                           mask=None if traj.valid is None else flat(mb["valid"]))
             return out.total, out
 
         def sgd_step(carry, idx):
@@ -154,23 +172,24 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, ppo_loss, state_cls)
             mb = jax.tree.map(lambda x: x[:, idx], data)  # segments idx, time-major
             seg_carry = jax.tree.map(lambda x: x[idx], traj.carry)
             grads, out = jax.grad(loss_fn, has_aux=True)(variables, mb, seg_carry)
+            lr = learning_rate(_schedule_count(opt_state))
             updates, opt_state = optimiser.update(grads, opt_state, variables)
             variables = optax.apply_updates(variables, updates)
-            return (variables, opt_state), {
-                "loss/total": out.total, "loss/policy": out.policy, "loss/value": out.value,
-                "loss/entropy": out.entropy, "approx_kl": out.approx_kl,
-                "clip_fraction": out.clip_fraction, "grad_norm": optax.tree.norm(grads)}
+            return (variables, opt_state), minibatch_metrics(out, grads, lr)
 
         def epoch(carry, key):
             perm = jax.random.permutation(key, B).reshape(config.num_minibatches, -1)
             return jax.lax.scan(sgd_step, carry, perm)
 
         (variables, opt_state), metrics = jax.lax.scan(
-            epoch, (params["net"], state.opt_state), jax.random.split(rng, config.num_epochs))
+            epoch, (variables, state.opt_state), jax.random.split(rng, config.num_epochs))
         metrics = jax.tree.map(jnp.mean, metrics)
-        metrics.update(value_mean=jnp.mean(v_obs[:T]), advantage_mean=jnp.mean(adv),
+        metrics.update(value_mean=masked_mean(v_obs[:T], valid), advantage_mean=masked_mean(adv, valid),
                        return_std=jnp.sqrt(rs.var),
                        nonfinite_grads=jnp.asarray(opt_state.total_notfinite, jnp.float32))
+        if config.normalize_observations:  # last: act and learn used the same statistics
+            params = {**params, "obs_stats": nz.update_obs_stats(
+                params["obs_stats"], jax.tree.map(lambda x: x[:, :T], traj.obs), traj.valid)}
         return state_cls({**params, "net": variables}, opt_state, state.update_step + 1), metrics
 
     return AgentFns(init=init, act=act, learn=learn, initial_carry=initial_carry)
