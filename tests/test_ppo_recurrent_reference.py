@@ -210,7 +210,8 @@ def make_reference(cfg):
             d = {"kernel": d["kernel"] * (s_old / rs.sd),
                  "bias": (s_old * d["bias"] + m_old - rs.mean) / rs.sd}
             variables = {**variables, "params": {**variables["params"], "v_out": d}}
-            ret, old_v = (ret - rs.mean) / rs.sd, (old_v - rs.mean) / rs.sd
+            ret = (ret - rs.mean) / rs.sd
+            old_v = step_loop(jstep, variables, obs, final_obs, done, traj.carry)[1][:, :T]  # own output
         data = dict(obs=jax.tree.map(lambda x: x[:, :T], obs), done=done, action=traj.action,
                     logp=traj.behaviour_logp, adv=adv.astype(np.float32),
                     ret=ret.astype(np.float32), old_v=old_v.astype(np.float32), carry=traj.carry)
@@ -244,15 +245,7 @@ def test_recurrent_learn_matches_step_by_step_recomputation(norm):
         rng = jax.random.PRNGKey(10 + i)
         variables = update(variables, traj, rng)
         np.testing.assert_allclose(ref["logp"], traj.behaviour_logp, atol=1e-5)
-        tm = lambda x: jnp.swapaxes(jnp.asarray(x), 0, 1)
-        done = traj.terminated | traj.truncated
-        reset = np.concatenate([np.zeros((B, 1), bool), done], 1)
-        _, v_u, vf_u = jax.jit(functools.partial(unroll_network, ref["net"]))(
-            state.params["net"], jax.tree.map(tm, ref["obs"]), jax.tree.map(tm, ref["final_obs"]),
-            tm(reset), traj.carry)
-        np.testing.assert_allclose(np.asarray(v_u).T, ref["v_head"], rtol=0, atol=1e-5)
-        np.testing.assert_allclose(np.asarray(vf_u).T, ref["v_final_head"], rtol=0, atol=1e-5)
-        state, m = learn(state, traj, rng)
+        before, (state, m) = state.params["net"], learn(state, traj, rng)
         np.testing.assert_allclose(float(m["value_mean"]), ref["value_mean"], rtol=1e-5)
         np.testing.assert_allclose(float(m["advantage_mean"]), ref["advantage_mean"], rtol=1e-5)
         for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(state.params["net"]),
@@ -261,6 +254,14 @@ def test_recurrent_learn_matches_step_by_step_recomputation(norm):
                 continue  # softmax ignores a key bias: its gradient is float noise Adam amplifies
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6,
                                        err_msg=jax.tree_util.keystr(path))
+        # The public unroll (last: learn-level checks above must catch its mutations too).
+        tm = lambda x: jnp.swapaxes(jnp.asarray(x), 0, 1)
+        reset = np.concatenate([np.zeros((B, 1), bool), traj.terminated | traj.truncated], 1)
+        _, v_u, vf_u = jax.jit(functools.partial(unroll_network, ref["net"]))(
+            before, jax.tree.map(tm, ref["obs"]), jax.tree.map(tm, ref["final_obs"]),
+            tm(reset), traj.carry)
+        np.testing.assert_allclose(np.asarray(v_u).T, ref["v_head"], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(vf_u).T, ref["v_final_head"], rtol=0, atol=1e-5)
     if norm:
         for name, st in [("ret_stats", ref["ret_stats"])] + [
                 (("obs_stats", k), s) for k, s in ref["obs_stats"].items()]:
