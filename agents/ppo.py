@@ -84,6 +84,9 @@ class PPOConfig:
     the statistics change, the head's last layer is rescaled so its unnormalised output
     is preserved (PopArt, van Hasselt et al. 2016; ``agents.ppo_loss.pop_art_preserve``)."""
     kl_coef: float = 0.0
+    value_clip_eps: float = 0.0
+    """Value clipping range around the pre-update values, in the value head's units
+    (0: ``clip_eps``). Sample Factory's ``ppo_clip_value`` (1.0)."""
     """Weight of a KL(pi_old || pi) penalty added to the clipped loss (0: none).
     Sample Factory's ``kl_loss_coeff`` (0.1 in its MuJoCo settings)."""
 
@@ -93,7 +96,8 @@ class PPOConfig:
                   ("num_minibatches", self.num_minibatches >= 1), ("gamma", 0 <= self.gamma <= 1),
                   ("gae_lambda", 0 <= self.gae_lambda <= 1), ("clip_eps", self.clip_eps > 0),
                   ("vf_coef", self.vf_coef >= 0), ("ent_coef", self.ent_coef >= 0),
-                  ("max_grad_norm", self.max_grad_norm > 0), ("kl_coef", self.kl_coef >= 0), ("attention_heads", self.attention_heads >= 1),
+                  ("max_grad_norm", self.max_grad_norm > 0), ("kl_coef", self.kl_coef >= 0),
+                  ("value_clip_eps", self.value_clip_eps >= 0), ("attention_heads", self.attention_heads >= 1),
                   ("hidden_sizes", all(h >= 1 for h in self.hidden_sizes))]
         for name, ok in checks:
             if not ok:
@@ -210,6 +214,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             clip_value_loss=config.clip_value_loss,
             normalize_advantages=config.normalize_advantages,
             kl_coef=config.kl_coef,
+            value_clip_eps=config.value_clip_eps or None,
             mask=batch.mask,
         )
         return out.total, out

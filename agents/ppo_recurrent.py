@@ -163,7 +163,7 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentF
                            clip_eps=config.clip_eps, vf_coef=config.vf_coef, ent_coef=config.ent_coef,
                            clip_value_loss=config.clip_value_loss,
                            normalize_advantages=config.normalize_advantages,
-                           kl_coef=config.kl_coef,
+                           kl_coef=config.kl_coef, value_clip_eps=config.value_clip_eps or None,
                            mask=None if traj.valid is None else flat(mb["valid"]))
             return out.total, out
 
