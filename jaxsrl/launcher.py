@@ -40,7 +40,7 @@ from jaxsrl import config as config_lib
 from jaxsrl import devices, distributed, security
 from jaxsrl.agent import EnvSpec
 from jaxsrl.checkpoint import Checkpointer
-from jaxsrl.envs import env_spaces, env_teams
+from jaxsrl.envs import env_has_idle_rows, env_spaces, env_teams
 from jaxsrl.envs.spaces import action_leaf, space_leaves
 from jaxsrl.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
 from jaxsrl.params import ParameterStore
@@ -214,7 +214,8 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
                 cfg.batch_segments // cfg.num_learner_processes, store, metrics,
                 ckpt, cfg.max_staleness, cfg.host, fns.initial_carry, actors=table,
                 max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=context,
-                curve=server_keys, before_update=learners.gate(t.policy, metrics) if learners else None)
+                curve=server_keys, before_update=learners.gate(t.policy, metrics) if learners else None,
+                idle_rows=env_has_idle_rows(cfg.env))
 
         stream_rows: dict[str, int] = {}  # every server of a stream can take all its actors
         for i, p in enumerate(flow.policy_workers):
