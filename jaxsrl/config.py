@@ -131,12 +131,13 @@ class RunConfig:
     def envs_per_group(self) -> int:
         return self.envs_per_actor // self.ring_size
 
-    def steps_per_update(self, rows_per_env: int = 1) -> float:
+    def steps_per_update(self, rows_per_env: float = 1) -> float:
         """Environment frames consumed by one learner update whose policy controls
-        ``rows_per_env`` agents of each environment."""
+        ``rows_per_env`` agents of each environment (a mean over actor groups may be
+        fractional: ``jaxsrl.launcher.planned_updates``)."""
         return self.batch_segments * self.segment_length / rows_per_env
 
-    def num_updates(self, rows_per_env: int = 1) -> int:
+    def num_updates(self, rows_per_env: float = 1) -> int:
         """Planned learner updates of one policy (for learning-rate schedules)."""
         return max(1, math.ceil(self.total_env_steps / self.steps_per_update(rows_per_env)))
 

@@ -77,6 +77,14 @@ def env_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[Any, Any]:
     return single_spaces(env_id, env_kwargs)
 
 
+def env_has_idle_rows(env_id: str) -> bool:
+    """Whether ``env_id``'s actor groups report per-row validity (``StepResult.valid``):
+    True for the multi-agent environments (agents may be absent from an episode), whose
+    segments then carry ``valid`` flags; single-agent traffic carries none."""
+    check_env_name(env_id)
+    return env_id in MULTI_AGENT_ENVS
+
+
 def env_teams(env_id: str, env_kwargs: dict | None = None) -> list:
     """Team of each agent of one environment (``[None]`` for single-agent envs)."""
     check_env_name(env_id)

@@ -29,6 +29,9 @@ class StepResult(NamedTuple):
         (zeros elsewhere), for bootstrapping.
       episodes: one dict per finished episode: ``{"return": float, "length": int}``
         plus optional extra statistics (``"team"``, ``"stats/..."``).
+      valid: ``[rows]`` bool, the row's agent took part in this step (False: an idle
+        row of an agent absent from the episode), or ``None`` for groups whose rows are
+        never idle (single-agent groups; see ``has_idle_rows``).
     """
 
     obs: dict
@@ -37,6 +40,7 @@ class StepResult(NamedTuple):
     truncated: np.ndarray
     final_obs: dict
     episodes: list
+    valid: np.ndarray | None = None
 
 
 def _stack(observations: list):
