@@ -100,6 +100,16 @@ class HideAndSeekEnv(ParallelEnv):
         (x, y, z, yaw) of hiders, seekers, boxes, ramps."""
         return self._data
 
+    @property
+    def held(self) -> np.ndarray:
+        """``[A]`` object (boxes then ramps) each agent of the episode holds, -1 for none."""
+        return self._manip.held.copy()
+
+    @property
+    def lock_team(self) -> np.ndarray:
+        """``[O]`` team that holds each object locked: -1 unlocked, 0 hiders, 1 seekers."""
+        return self._manip.lock_team
+
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start an episode. ``options={"layout": Layout}`` replaces the random layout.
 
