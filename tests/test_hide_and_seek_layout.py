@@ -34,7 +34,7 @@ def _door_gaps(lay):
     inner = lay.walls[lay.walls[:, 4] < 1.0]
     gaps = []
     for along, fixed in ((1, 0), (0, 1)):
-        segs = inner[np.isclose(inner[:, 2 + fixed], 0.05) & ~np.isclose(inner[:, 2 + along], 0.05)]
+        segs = inner[np.isclose(inner[:, fixed], 0.1 if along == 1 else -0.1)]
         segs = segs[np.argsort(segs[:, along])]
         ends = [(c - h, c + h) for c, h in zip(segs[:, along], segs[:, 2 + along])]
         gaps += [round(b[0] - a[1], 6) for a, b in zip(ends, ends[1:])]
