@@ -226,7 +226,9 @@ class HideAndSeekEnv(ParallelEnv):
     def _observe(self) -> dict[str, dict[str, np.ndarray]]:
         self._visible, lidar = self._vision.sense(self._data)
         m = self._manip
-        batch = self._builder.build(self._qpos, self._qvel, self._visible, lidar, m.locked, m.which_locked, m.held, self._t)
+        batch = self._builder.build(
+            self._qpos, self._qvel, self._visible, lidar, m.locked, m.which_locked, m.held, self._t
+        )
         items = list(batch.items())
         return {name: {k: v[i] for k, v in items} for i, name in enumerate(self.agents)}
 

@@ -10,8 +10,8 @@ meets is the target itself or lies beyond the target's centre.
 Lidar (mae:wrappers/lidar.py:34-38, 96-105): ``n_lidar`` horizontal rays from the
 agent's centre in the world frame, ray ``k`` at angle 2 pi k / n_lidar from +x,
 hitting what line of sight hits; the value is the distance to the first hit in
-metres, also beyond ``lidar_range``, and ``lidar_range`` where nothing is hit. All rays of an observer go
-through one ``mujoco.mj_multiRay`` call.
+metres, also beyond ``lidar_range``, and ``lidar_range`` where nothing is hit.
+All rays of an observer go through one ``mujoco.mj_multiRay`` call.
 """
 
 from __future__ import annotations
