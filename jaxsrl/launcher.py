@@ -72,7 +72,8 @@ def _has_checkpoint(logdir: str) -> bool:
 
 def default_logdir(cfg) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{cfg.env.replace('/', '_')}-{cfg.agent}-{stamp}")
+    agent = getattr(cfg, "agent_field", "") or cfg.agent  # a module:OBJ agent: its name
+    return os.path.join("runs", f"{cfg.env.replace('/', '_').replace(':', '_')}-{agent}-{stamp}")
 
 
 # Set by SIGINT/SIGTERM during train(). The handler also raises KeyboardInterrupt, but
