@@ -207,7 +207,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
             state = devices.put_replicated(fns.init(init_key), mesh)
             version = 0
             if cfg.resume:
-                tree, meta = ckpt.restore({"agent": state, "rng": rng})
+                tree, meta = ckpt.restore({"agent": state, "rng": rng}, set_aside_unreadable=True)
                 state, rng, version = tree["agent"], tree["rng"], int(meta["policy_version"])
                 metrics.env_steps = max(metrics.env_steps, int(meta.get("env_steps", 0)))
                 log.info("resumed %s from version %d, %d env steps", t.policy, version,
@@ -224,7 +224,8 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
                 learners.put_batch if learners else (lambda b: devices.put_batch(b, mesh)),
                 state, rng, version, obs_space, action_space, cfg.segment_length,
                 cfg.batch_segments // cfg.num_learner_processes, store,
-                PolicyMetrics(metrics, t.policy) if len(flow.trainers) > 1 else metrics, ckpt, cfg.max_staleness, cfg.host, fns.initial_carry, actors=table,
+                PolicyMetrics(metrics, t.policy) if len(flow.trainers) > 1 else metrics,  # loss/*/<policy>
+                ckpt, cfg.max_staleness, cfg.host, fns.initial_carry, actors=table,
                 max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=context,
                 curve=server_keys, before_update=learners.gate(t.policy, metrics) if learners else None)
 
