@@ -44,7 +44,10 @@ class RunConfig:
     ``gymnasium.make`` does), ``hide_and_seek`` / ``hide_and_seek_full``, or
     ``module:factory``, a function returning a PettingZoo ``ParallelEnv``."""
     total_env_steps: int = 500_000
-    """Stop after this many environment frames (all actors together)."""
+    """Stop after this many environment frames (all actors together). A lower bound: the
+    run stops at the first check at or past it, so it overshoots by the segments in
+    flight then (more on a loaded machine); a --resume needs a larger value than the
+    checkpoint's ``env_steps`` to train at all."""
     num_actors: int = 2
     """Actor processes (of the default dataflow)."""
     envs_per_actor: int = 32
