@@ -83,3 +83,17 @@ def test_learner_metrics_are_reported_per_policy_and_as_their_mean():
     assert record["loss/total/hider"] == 1.0 and record["loss/total/seeker"] == 3.0
     assert record["entropy/seeker"] == 1.5 and record["loss/total"] == 2.0
     assert "actor/env_s/seeker" not in record and record["env_steps"] == 10
+
+
+def test_drops_after_an_actor_restart_are_not_called_malformed(caplog):
+    import logging  # noqa: PLC0415
+
+    from jaxsrl.workers.health import DropLog, StaleRunError  # noqa: PLC0415
+    logger = logging.getLogger("jaxsrl.test_droplog")
+    with caplog.at_level(logging.INFO, logger="jaxsrl.test_droplog"):
+        DropLog(logger, "segment")("learner", StaleRunError("run id 3 of actor 0 is not its current run 4"))
+        DropLog(logger, "segment")("learner", ValueError("7 frames"))
+    stale, bad = [r for r in caplog.records if r.name == "jaxsrl.test_droplog"]
+    assert "malformed" not in stale.getMessage() and "previous run" in stale.getMessage()
+    assert stale.levelno == logging.INFO
+    assert "malformed" in bad.getMessage() and bad.levelno == logging.WARNING
