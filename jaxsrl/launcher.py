@@ -125,11 +125,14 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     if cfg.resume and not _has_checkpoint(logdir):
         raise FileNotFoundError(f"--resume: no checkpoint under {os.path.join(logdir, 'checkpoints')} "
                                 "(give the --logdir of a run that saved one)")
+    created = not os.path.isdir(logdir)
     lock = run_folder.claim(logdir, cfg.resume, cfg.overwrite)  # until the run has ended
     try:
         return _train(cfg, spawner, logdir)
     finally:
         lock.release()
+        if created:
+            run_folder.remove_if_unused(logdir)
 
 
 def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:

@@ -70,3 +70,14 @@ def claim(logdir: str, resume: bool, overwrite: bool) -> filelock.BaseFileLock:
         lock.release()
         raise
     return lock
+
+
+def remove_if_unused(logdir: str) -> None:
+    """Delete ``logdir`` if it holds nothing but the lock file (a run that stopped
+    before writing anything, e.g. on an unsupported space, leaves no folder behind)."""
+    try:
+        if os.listdir(logdir) == [LOCK_NAME]:
+            os.remove(os.path.join(logdir, LOCK_NAME))
+            os.rmdir(logdir)
+    except OSError:
+        pass  # in use again, or gone: leave it
