@@ -37,12 +37,12 @@ import jax
 import zmq
 
 from jaxsrl import config as config_lib
-from jaxsrl import devices, distributed, security
+from jaxsrl import devices, distributed, run_folder, security
 from jaxsrl.agent import EnvSpec
 from jaxsrl.checkpoint import Checkpointer
 from jaxsrl.envs import env_has_idle_rows, env_spaces, env_teams
 from jaxsrl.envs.spaces import action_leaf, space_leaves
-from jaxsrl.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
+from jaxsrl.metrics import Clock, MetricsAccumulator, MetricsWriter, PolicyMetrics, console_line
 from jaxsrl.params import ParameterStore
 from jaxsrl.periodic_eval import PeriodicEvaluator
 from jaxsrl.processes import ActorProcess, Spawner, local_spawner, stop_all
@@ -72,7 +72,8 @@ def _has_checkpoint(logdir: str) -> bool:
 
 def default_logdir(cfg) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{cfg.env.replace('/', '_')}-{cfg.agent}-{stamp}")
+    agent = getattr(cfg, "agent_field", "") or cfg.agent  # a module:OBJ agent: its name
+    return os.path.join("runs", f"{cfg.env.replace('/', '_').replace(':', '_')}-{agent}-{stamp}")
 
 
 # Set by SIGINT/SIGTERM during train(). The handler also raises KeyboardInterrupt, but
@@ -114,10 +115,28 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     Raises:
       ComponentDied: an inference server, trainer or (repeatedly) an actor died.
       FileNotFoundError: ``--resume`` without a checkpoint in ``--logdir``.
+      RunFolderError: ``--logdir`` is locked by another live run, or holds files
+        without ``--resume`` / ``--overwrite`` (a ``ValueError``).
       ValueError: an impossible config (before any worker or process starts).
       KeyboardInterrupt: Ctrl-C or SIGTERM (after a clean shutdown and checkpoint).
     """
     cfg.validate()
+    logdir = cfg.logdir or default_logdir(cfg)
+    if cfg.resume and not _has_checkpoint(logdir):
+        raise FileNotFoundError(f"--resume: no checkpoint under {os.path.join(logdir, 'checkpoints')} "
+                                "(give the --logdir of a run that saved one)")
+    created = not os.path.isdir(logdir)
+    lock = run_folder.claim(logdir, cfg.resume, cfg.overwrite)  # until the run has ended
+    try:
+        return _train(cfg, spawner, logdir)
+    finally:
+        lock.release()
+        if created:
+            run_folder.remove_if_unused(logdir)
+
+
+def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
+    """:func:`train` in the claimed run folder ``logdir``."""
     spawner = spawner or local_spawner  # hand it to every ChildProcess this run creates
     clock = Clock()
     flow = cfg.get_dataflow()
@@ -127,10 +146,6 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     if not security.is_loopback(cfg.host) and not cfg.curve:
         log.warning("servers bind %s without --curve: streams are unauthenticated plaintext "
                     "(anyone who can reach this host can send samples)", cfg.host)
-    logdir = cfg.logdir or default_logdir(cfg)
-    if cfg.resume and not _has_checkpoint(logdir):
-        raise FileNotFoundError(f"--resume: no checkpoint under {os.path.join(logdir, 'checkpoints')} "
-                                "(give the --logdir of a run that saved one)")
     # A multi-process learner joins its processes before any other JAX call.
     learners = LearnerGroup.start(cfg, spawner) if cfg.num_learner_processes > 1 else None
     mesh = devices.local_mesh()
@@ -195,7 +210,7 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
             state = devices.put_replicated(fns_of[t.name].init(init_key), mesh)
             version = 0
             if cfg.resume:
-                tree, meta = ckpt.restore({"agent": state, "rng": rng})
+                tree, meta = ckpt.restore({"agent": state, "rng": rng}, set_aside_unreadable=True)
                 state, rng, version = tree["agent"], tree["rng"], int(meta["policy_version"])
                 metrics.env_steps = max(metrics.env_steps, int(meta.get("env_steps", 0)))
                 log.info("resumed %s from version %d, %d env steps", t.policy, version,
@@ -213,7 +228,8 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
                 t.name, t.policy, learn,
                 learners.put_batch if learners else (lambda b: devices.put_batch(b, mesh)),
                 state, rng, version, obs_space, action_space, cfg.segment_length,
-                cfg.batch_segments // cfg.num_learner_processes, store, metrics,
+                cfg.batch_segments // cfg.num_learner_processes, store,
+                PolicyMetrics(metrics, t.policy) if len(flow.trainers) > 1 else metrics,  # loss/*/<policy>
                 ckpt, cfg.max_staleness, cfg.host, fns.initial_carry, actors=table,
                 max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=context,
                 curve=server_keys, before_update=learners.gate(t.policy, metrics) if learners else None,
@@ -310,6 +326,7 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
                 closing.update(wall_time_s=clock(), final=True)
                 writer.write(closing)
                 record.update({k: v for k, v in closing.items() if k != "final"})
+                record.update(writer.last_returns)  # the last known return(s), not "none"
                 writer.close()
             if auth is not None:
                 auth.stop()

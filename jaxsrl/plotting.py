@@ -1,8 +1,9 @@
 """Learning curves from ``LOGDIR/metrics.jsonl`` as PNG files (matplotlib, headless).
 
 One figure (``out``) holds the episode return against environment steps and against
-wall-clock time, the per-team returns of multi-agent runs (``episode_return_mean/<team>``)
-and any extra metric keys asked for. When the runs report episode statistics
+wall-clock time — for multi-team runs the per-team returns (``episode_return_mean/<team>``)
+instead, since the mean over zero-sum teams is about 0 — and any extra metric keys asked
+for. When the runs report episode statistics
 (``episode/<name>``, e.g. hide-and-seek's phase statistics), a second figure
 ``<out stem>_episode.png`` shows them, one panel each::
 
@@ -260,6 +261,18 @@ def episode_stat_keys(runs: list, patterns: Sequence[str] | None = None) -> list
     return keys
 
 
+def return_panels(runs: list) -> list:
+    """``[(key, x), ...]`` of the return panels: ``episode_return_mean`` against steps and
+    wall-clock time; for runs with team returns (``episode_return_mean/<team>``, the
+    teams of a multi-agent game) each team's return against steps and wall-clock time
+    instead (the mean over zero-sum teams is about 0 and says nothing)."""
+    all_keys = set().union(*(run.keys() for run in runs)) if runs else set()
+    team_keys = sorted(k for k in all_keys if k.startswith(RETURN_KEY + "/") and k != RETURN_KEY + "/")
+    if not team_keys:
+        return [(RETURN_KEY, "env_steps"), (RETURN_KEY, "wall_time_s")]
+    return [(k, "env_steps") for k in team_keys] + [(k, "wall_time_s") for k in team_keys]
+
+
 def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = None,
               smoothing: float = 0.0, keys: Sequence[str] = (),
               stats: Sequence[str] | None = None, episode_stats: bool = True,
@@ -290,11 +303,7 @@ def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = N
     if band not in BANDS:
         raise ValueError(f"band={band!r}; valid: {', '.join(BANDS)}")
     runs = load_runs(logdirs, labels)
-    all_keys = set().union(*(run.keys() for run in runs))
-    team_keys = sorted(k for k in all_keys if k.startswith(RETURN_KEY + "/"))
-    panels = [(RETURN_KEY, "env_steps"), (RETURN_KEY, "wall_time_s")]
-    panels += [(k, "env_steps") for k in team_keys]
-    panels += [(k, "env_steps") for k in keys]
+    panels = return_panels(runs) + [(k, "env_steps") for k in keys]
     names = ", ".join(sorted({r.label for r in runs}))
     written = [_figure(panels, runs, smoothing, out,
                        f"{names}: {len(runs)} run(s)", cols=2 if len(panels) <= 4 else 3,

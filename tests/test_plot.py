@@ -187,7 +187,8 @@ def test_progress_bar_shows_steps_fps_return_version_eta(tmp_path):
     writer.close()
     writer.close()  # idempotent
     text = buf.getvalue()
-    for part in ("ppo CartPole-v1", "250/1,000 steps", "125 fps", "return 21.50", "v3", "ETA 0:06"):
+    # With team returns the bar shows them (the mean over zero-sum teams says nothing).
+    for part in ("ppo CartPole-v1", "250/1,000 steps", "125 fps", "hider 1.00", "v3", "ETA 0:06"):
         assert part in text, part
     with open(os.path.join(tmp_path, "run", "metrics.jsonl")) as f:
         assert json.loads(f.readline())["loss/total"] is None

@@ -5,8 +5,8 @@ Rows are environment-major: row ``e * A + a`` is agent ``a`` of environment ``e`
 observation and action space so one policy can serve any of them). An agent absent
 from an episode (variable team sizes) has an idle row: zero observations and reward,
 and ``StepResult.valid`` False for each of its steps, so learners can mask it out
-(``Trajectory.valid``). The environment
-module must expose ``make_env(**kwargs)`` returning a ``pettingzoo.ParallelEnv`` with
+(``Trajectory.valid``). The environment comes from a factory (or a module exposing
+``make_env(**kwargs)``) returning a ``pettingzoo.ParallelEnv``, optionally with
 ``team_of(agent) -> str``; episode statistics found in ``info["episode_stats"]`` at the
 end of an episode are reported with each agent's episode. Imports no JAX.
 """
@@ -14,6 +14,7 @@ end of an episode are reported with each agent's episode. Imports no JAX.
 from __future__ import annotations
 
 import importlib
+from typing import Any, Callable
 
 import numpy as np
 
@@ -25,8 +26,9 @@ class MultiAgentVectorEnv:
     """``num_envs`` copies of a parallel multi-agent environment.
 
     Args:
-      module: module exposing ``make_env(**kwargs)``.
-      kwargs: keyword arguments for ``make_env``.
+      module: ``factory(**kwargs) -> ParallelEnv``, or the name of a module exposing
+        ``make_env(**kwargs)``.
+      kwargs: keyword arguments for the factory.
       num_envs: environments in this group.
       seed: env ``i`` is seeded ``seed + i`` at its first reset.
 
@@ -38,8 +40,8 @@ class MultiAgentVectorEnv:
 
     has_idle_rows = True
 
-    def __init__(self, module: str, kwargs: dict, num_envs: int, seed: int):
-        make_env = importlib.import_module(module).make_env
+    def __init__(self, module: str | Callable[..., Any], kwargs: dict, num_envs: int, seed: int):
+        make_env = importlib.import_module(module).make_env if isinstance(module, str) else module
         self.envs = [make_env(**kwargs) for _ in range(num_envs)]
         env0 = self.envs[0]
         self.agents = list(env0.possible_agents)

@@ -227,7 +227,7 @@ class LearnerGroup:
 
         cfg = self.cfg
         distributed.put_json("run", {
-            "agent": cfg.agent, "agent_config": config_lib.to_dict(cfg)[cfg.agent],
+            "agent": cfg.agent, "agent_config": config_lib.to_dict(cfg)[cfg.agent_field],
             "env": cfg.env, "env_kwargs": cfg.env_kwargs or {}, "num_updates": num_updates,
             "segment_length": cfg.segment_length, "batch_segments": cfg.batch_segments // self.n,
             "max_staleness": cfg.max_staleness, "on_nonfinite": cfg.on_nonfinite,
