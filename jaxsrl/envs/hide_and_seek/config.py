@@ -33,10 +33,14 @@ class HideAndSeekConfig:
     n_rooms: Range = (1, 4)
     """Full only: rooms, randint(4) + 1 (mae:walls.py:326-329)."""
     min_room_size: float = 1.2
-    """Full only: closest two parallel walls may be (6 cells, mae:hide_and_seek.py:254-258) (m)."""
-    door_width: float = 0.7
-    """Gap of a 2-cell door: segments end 0.05 m short of cell centres, 3 x 0.2 + 0.1
-    (mae:walls.py:64-123, 246-283) (m)."""
+    """Full only: a new wall must be more than this from the walls already leaving the wall
+    it starts from, on that side (6 cells, mae:hide_and_seek.py:254-258; the test is
+    ``> min_dist_between``, mae:walls.py:157) (m; rounded to cells)."""
+    door_cells: int = 2
+    """Door size in grid cells (mae:hide_and_seek.py:220). The gap it leaves is 0.7 m:
+    segments end 0.05 m short of their end cells' centres, 3 x 0.2 + 0.1
+    (mae:walls.py:64-123, 246-283); 0.6 m where a door starts one cell after a joining
+    wall (the 1-cell stub is dropped, as released)."""
     door_dropout: float = 0.5
     """Quadrant: with this probability only one of the two room walls (drawn at random)
     has a door, else both do (Q.jsonnet:25; mae:walls.py:400-405). Full: no dropout."""
@@ -176,6 +180,8 @@ class HideAndSeekConfig:
             raise ValueError("need at least one hider and one seeker")
         if self.horizon < 1 or not 0.0 <= self.prep_fraction < 1.0:
             raise ValueError("horizon must be >= 1 and prep_fraction in [0, 1)")
+        if self.door_cells < 0 or self.min_room_size < 0:
+            raise ValueError("door_cells and min_room_size must be >= 0")
         if self.n_action_bins < 2:
             raise ValueError("n_action_bins must be >= 2")
         return self

@@ -10,9 +10,10 @@ original's y mirrored, so its corner room is our (+x, +y) corner).
   ``door_dropout`` only one of the two walls (drawn at random) gets a 2-cell door, else
   both do. Boxes spawn inside the room, seekers outside it, hiders and the ramp anywhere
   (mae:hide_and_seek.py:191-216, 296-299; Q.jsonnet:26).
-- ``full``: outer walls with probability ``p_outer_walls``; the floor is split
-  recursively (axis-aligned cuts at least ``min_room_size`` apart) into up to
-  ``n_rooms`` rooms, one door per cut wall. Teammates spawn within
+- ``full``: outer walls with probability ``p_outer_walls``; ``n_rooms`` (1-4) rooms made
+  by random perpendicular walls on the grid, each more than ``min_room_size`` from the
+  walls already leaving the wall it starts from, one ``door_cells`` door per inner wall,
+  no dropout (mae:walls.py:126-204, 320-355; see ``rooms.py``). Teammates spawn within
   ``teammate_radius`` (rounded up to cells, per axis) of their first member.
 
 Every start yaw is 0 (only slide joints are set, wg:obj.py:447-474); elongated boxes
@@ -32,6 +33,7 @@ try:
 except ImportError:  # optional speed-up only
     _label = None
 
+from jaxsrl.envs.hide_and_seek import rooms
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
 
 MARGIN = 0.02
@@ -90,10 +92,10 @@ def outer_walls(cfg: HideAndSeekConfig) -> list[tuple[float, ...]]:
 
 def _grid_wall(cfg, vertical: bool, at: int, a: int, b: int, door: int | None):
     """Segments of an inner wall on grid line ``at`` from cell ``a`` to ``b``
-    (inclusive); a 2-cell door occupies cells ``door, door + 1``. Segments end 0.05 m
+    (inclusive); a door occupies ``door_cells`` cells from ``door`` on. Segments end 0.05 m
     (half a thickness) short of their end cells' centres (mae:walls.py:64-123, 246-283)."""
     t, z = cfg.wall_thickness, cfg.inner_wall_height
-    spans = [(a, b)] if door is None else [(a, door - 1), (door + 2, b)]
+    spans = [(a, b)] if door is None else [(a, door - 1), (door + cfg.door_cells, b)]
     segs = []
     for lo, hi in spans:
         if hi <= lo:  # zero-length segments are dropped (mae:walls.py:113-117)
@@ -115,47 +117,20 @@ def _quadrant_walls(cfg, rng) -> list[tuple[float, ...]]:
         with_door[1 - int(rng.integers(2))] = False
     out = []
     for (vertical, at, a, b), door in zip(walls, with_door):
-        start = a + int(rng.integers(1, b - a - 1)) if door else None  # randint(1, diff - 2 + 1)
+        start = a + int(rng.integers(1, b - a - cfg.door_cells + 1)) if door else None  # mae:walls.py:99
         out += _grid_wall(cfg, vertical, at, a, b, start)
     return out
 
 
-def _cut_wall(cfg, rng, axis: int, at: float, lo: float, hi: float):
-    """One inner wall along ``axis`` (0: runs along x) at ``at`` from lo to hi with one
-    ``door_width`` gap at a random position."""
-    t, z, w = cfg.wall_thickness, cfg.inner_wall_height, cfg.door_width
-    c = float(rng.uniform(lo + w / 2, hi - w / 2)) if hi - lo > w else (lo + hi) / 2
-    segs = []
-    for a, b in ((lo, c - w / 2), (c + w / 2, hi)):
-        if b - a > 1e-6:
-            m, half = (a + b) / 2, (b - a) / 2
-            segs.append((m, at, half, t / 2, z) if axis == 0 else (at, m, t / 2, half, z))
-    return segs
-
-
-def _room_walls(cfg, rng) -> list[tuple[float, ...]]:
-    """Recursive axis-aligned cuts at least ``min_room_size`` apart, one door each."""
-    h = cfg.floor_size / 2 - _cell_size(cfg) / 2  # the border grid line
-    m = cfg.min_room_size
-    rooms = [(-h, -h, h, h)]
-    target = int(rng.integers(cfg.n_rooms[0], cfg.n_rooms[1] + 1))
-    walls: list[tuple[float, ...]] = []
-    while len(rooms) < target:
-        splittable = [(i, a) for i, r in enumerate(rooms) for a, size in ((0, r[2] - r[0]), (1, r[3] - r[1]))
-                      if size >= 2 * m]
-        if not splittable:
-            break
-        i, axis = splittable[int(rng.integers(len(splittable)))]
-        x0, y0, x1, y1 = rooms.pop(i)
-        if axis == 0:  # cut at x = c, the wall runs along y
-            c = float(rng.uniform(x0 + m, x1 - m))
-            rooms += [(x0, y0, c, y1), (c, y0, x1, y1)]
-            walls += _cut_wall(cfg, rng, 1, c, y0, y1)
-        else:
-            c = float(rng.uniform(y0 + m, y1 - m))
-            rooms += [(x0, y0, x1, c), (x0, c, x1, y1)]
-            walls += _cut_wall(cfg, rng, 0, c, x0, x1)
-    return walls
+def _room_walls(cfg, rng) -> list[tuple[float, ...]] | None:
+    """Full game: ``n_rooms`` rooms as mae:walls.py:320-355 builds them (``rooms.py``);
+    None when the generator gave up (the caller draws again)."""
+    cs = _cell_size(cfg)
+    plan = rooms.random_rooms(int(rng.integers(cfg.n_rooms[0], cfg.n_rooms[1] + 1)), cfg.grid_cells,
+                              int(round(cfg.min_room_size / cs)), cfg.door_cells, rng)
+    if plan is None:
+        return None
+    return [seg for w in plan for seg in _grid_wall(cfg, w.vertical, w.at, w.a, w.b, w.door)]
 
 
 def free_grid(cfg: HideAndSeekConfig, walls: np.ndarray, clearance: float) -> tuple[np.ndarray, np.ndarray]:
@@ -265,6 +240,8 @@ def generate_layout(cfg: HideAndSeekConfig, rng: np.random.Generator) -> Layout:
             inner = _quadrant_walls(cfg, rng)
         else:
             inner = _room_walls(cfg, rng)
+            if inner is None:
+                continue
         outer = outer_walls(cfg) if quadrant or rng.random() < cfg.p_outer_walls else []
         walls = np.array(outer + inner, np.float64).reshape(-1, 5)
         free, _ = free_grid(cfg, np.array(outer_walls(cfg) + inner).reshape(-1, 5), cfg.agent_radius)
