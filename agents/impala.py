@@ -63,7 +63,8 @@ class IMPALAConfig:
     num_minibatches: int = 16
     """SGD steps per pass, each on ``B / num_minibatches`` whole segments (1 in the
     paper). If ``B`` (``--batch_segments``) is not divisible by it, the largest divisor
-    of ``B`` below it is used (with a warning; the LR anneal then stops short of 0)."""
+    of ``B`` below it is used (with a warning); the LR anneal and the ``learning_rate``
+    metric count the optimiser steps actually taken, so the anneal still ends at 0."""
     gamma: float = 0.99
     """Discount factor."""
     vtrace_lambda: float = 1.0
@@ -118,8 +119,13 @@ def impala_loss(
     vf_coef: float,
     ent_coef: float,
     normalize_advantages: bool = False,
+    mask: chex.Array | None = None,
 ) -> IMPALALoss:
     """IMPALA's actor-critic loss (Espeholt et al. 2018, section 4.2).
+
+    With ``mask``, every mean (and the advantage standardisation) runs over the
+    transitions where ``mask`` is True only: ``mean_m(x) = sum(m x) / max(sum(m), 1)``,
+    so masked-out transitions (idle rows) get no gradient and change no statistic.
 
     Args:
       logp: ``[N]`` ``log pi(a_s|x_s)`` under the current parameters.
@@ -130,20 +136,37 @@ def impala_loss(
       vf_coef: weight of the value loss.
       ent_coef: weight of the entropy bonus.
       normalize_advantages: standardise ``pg_advantage`` (mean 0, std 1, eps 1e-8).
+      mask: ``[N]`` bool, the transitions that count (``None``: all of them).
 
     Returns:
       ``IMPALALoss`` of scalars.
     """
     chex.assert_rank([logp, pg_advantage, value, vs, entropy], 1)
     chex.assert_equal_shape([logp, pg_advantage, value, vs, entropy])
-    adv = jax.lax.stop_gradient(pg_advantage)
+    m = jnp.ones_like(logp) if mask is None else mask.astype(logp.dtype)
+    chex.assert_equal_shape([logp, m])
+
+    def mean(x):
+        return masked_mean(x, m)
+
+    # Masked-out entries are zeroed (not just weighted) so that garbage there (NaN
+    # cannot arrive: segments are checked) never reaches a product.
+    adv = jnp.where(m > 0, jax.lax.stop_gradient(pg_advantage), 0.0)
     if normalize_advantages:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    policy_loss = -jnp.mean(adv * logp)
-    value_loss = 0.5 * jnp.mean((jax.lax.stop_gradient(vs) - value) ** 2)
-    mean_entropy = jnp.mean(entropy)
+        centred = jnp.where(m > 0, adv - mean(adv), 0.0)
+        adv = centred / (jnp.sqrt(mean(centred**2)) + 1e-8)
+    policy_loss = -mean(adv * logp)
+    value_loss = 0.5 * mean((jax.lax.stop_gradient(vs) - value) ** 2)
+    mean_entropy = mean(entropy)
     total = policy_loss + vf_coef * value_loss - ent_coef * mean_entropy
     return IMPALALoss(total, policy_loss, value_loss, mean_entropy)
+
+
+def masked_mean(x: chex.Array, mask: chex.Array) -> jax.Array:
+    """``sum(mask * x) / max(sum(mask), 1)``: the mean over entries where ``mask`` (same
+    shape, 0/1) is 1; 0 when none is."""
+    m = mask.astype(x.dtype)
+    return jnp.sum(jnp.where(m > 0, x, 0.0)) / jnp.maximum(jnp.sum(m), 1.0)
 
 
 def minibatches_for(num_segments: int, wanted: int) -> int:
@@ -179,9 +202,16 @@ def make(config: IMPALAConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         activation=config.activation,
     )
     obs_space = spec.observation_space
-    steps_per_update = config.num_epochs * config.num_minibatches
-    optimiser, learning_rate = clipped_adam(config.learning_rate, config.anneal_lr,
-                                            num_updates * steps_per_update, config.max_grad_norm)
+
+    def optimiser_for(minibatches: int):
+        """``(optimiser, schedule)`` when each ``learn`` takes ``num_epochs * minibatches``
+        optimiser steps: the anneal spans ``num_updates`` such calls. ``minibatches`` is
+        ``minibatches_for(B, num_minibatches)``, known once ``learn`` sees ``B``; the
+        optimiser state's layout does not depend on it (``init`` uses the configured one)."""
+        return clipped_adam(config.learning_rate, config.anneal_lr,
+                            num_updates * config.num_epochs * minibatches, config.max_grad_norm)
+
+    init_optimiser, _ = optimiser_for(config.num_minibatches)
 
     clip_rho = jnp.inf if config.clip_rho is None else config.clip_rho
 
@@ -191,7 +221,7 @@ def make(config: IMPALAConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
     def init(rng: chex.PRNGKey) -> IMPALAState:
         dummy = flat_obs(networks.dummy_observation(obs_space))
         params = net.init(rng, dummy)
-        return IMPALAState(params, optimiser.init(params), jnp.zeros((), jnp.int32))
+        return IMPALAState(params, init_optimiser.init(params), jnp.zeros((), jnp.int32))
 
     def act(params, obs, carry, rng, *, deterministic: bool = False):
         dist = net.apply(params, flat_obs(obs), method="policy")
@@ -199,8 +229,12 @@ def make(config: IMPALAConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         return action, carry, {"logp": networks.log_prob(dist, action)}
 
     def loss_fn(params, traj: Trajectory):
-        """Loss of ``b`` whole segments: ``[b, T]`` leaves (``obs`` ``[b, T + 1]``)."""
+        """Loss of ``b`` whole segments: ``[b, T]`` leaves (``obs`` ``[b, T + 1]``).
+
+        Idle steps (``traj.valid`` False) are left out of the V-trace targets (see
+        ``vtrace``'s ``valid_t``), of the loss and of every metric."""
         b, T = traj.reward.shape
+        valid = jnp.ones((b, T), bool) if traj.valid is None else traj.valid  # [b, T]
         obs_t = jax.tree.map(lambda x: x[:, :T], traj.obs)  # the bootstrap obs needs no policy
         dist = net.apply(params, flat_obs(obs_t), method="policy")  # [b, T] batch dims
         v_obs = net.apply(params, flat_obs(traj.obs), method="value")  # [b, T + 1]
@@ -213,49 +247,62 @@ def make(config: IMPALAConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         v_sg = jax.lax.stop_gradient(v_obs)
         v_tp1 = bootstrap_values(v_sg.T, jax.lax.stop_gradient(v_final).T, traj.truncated.T)
         terminated = traj.terminated.astype(jnp.float32)
-        log_rho = jax.lax.stop_gradient(logp) - traj.behaviour_logp
+        # An idle step's behaviour log-probability is of an action nobody took: ratio 1.
+        log_rho = jnp.where(valid, jax.lax.stop_gradient(logp) - traj.behaviour_logp, 0.0)
         targets = vtrace(
             v_sg[:, :T].T, v_tp1, traj.reward.T.astype(jnp.float32),
             config.gamma * (1.0 - terminated.T),
             jnp.logical_or(traj.terminated, traj.truncated).T, log_rho.T,
             lambda_=config.vtrace_lambda, clip_rho=config.clip_rho,
-            clip_c=config.clip_c, clip_pg_rho=config.clip_pg_rho,
+            clip_c=config.clip_c, clip_pg_rho=config.clip_pg_rho, valid_t=valid.T,
         )
         out = impala_loss(
             logp.reshape(-1), targets.pg_advantage.T.reshape(-1), v_obs[:, :T].reshape(-1),
             targets.vs.T.reshape(-1), entropy.reshape(-1), vf_coef=config.vf_coef,
             ent_coef=config.ent_coef, normalize_advantages=config.normalize_advantages,
+            mask=valid.reshape(-1),
         )
         ratio = jnp.exp(log_rho)
+
+        def mean(x):  # over valid steps
+            return masked_mean(x, valid)
+
         aux = {
             "loss/total": out.total,
             "loss/policy": out.policy,
             "loss/value": out.value,
             "loss/entropy": out.entropy,
-            "rho_mean": jnp.mean(ratio),
-            "rho_clip_fraction": jnp.mean((ratio > clip_rho).astype(jnp.float32)),
-            "approx_kl": jnp.mean((ratio - 1.0) - log_rho),  # estimate of KL(mu || pi)
-            "value_mean": jnp.mean(v_sg[:, :T]),
-            "vtrace_target_mean": jnp.mean(targets.vs),
-            "pg_advantage_mean": jnp.mean(targets.pg_advantage),
+            "rho_mean": mean(ratio),
+            "rho_clip_fraction": mean((ratio > clip_rho).astype(jnp.float32)),
+            "approx_kl": mean((ratio - 1.0) - log_rho),  # estimate of KL(mu || pi)
+            "value_mean": mean(v_sg[:, :T]),
+            "vtrace_target_mean": mean(targets.vs.T),
+            "pg_advantage_mean": mean(targets.pg_advantage.T),
+            "valid_fraction": jnp.mean(valid.astype(jnp.float32)),
         }
         return out.total, aux
-
-    def sgd_step(carry, minibatch: Trajectory):
-        params, opt_state, step = carry
-        grads, metrics = jax.grad(loss_fn, has_aux=True)(params, minibatch)
-        lr = learning_rate(step)
-        updates, opt_state = optimiser.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        metrics = {**metrics, "grad_norm": optax.tree.norm(grads),
-                   "learning_rate": jnp.asarray(lr, jnp.float32)}
-        return (params, opt_state, step + 1), metrics
 
     def learn(state: IMPALAState, traj: Trajectory, rng: chex.PRNGKey):
         B, T = traj.reward.shape
         M = minibatches_for(B, config.num_minibatches)  # static: shapes are known when tracing
         chex.assert_shape([traj.terminated, traj.truncated, traj.behaviour_logp], (B, T))
+        if traj.valid is not None:
+            chex.assert_shape(traj.valid, (B, T))
         data = traj._replace(carry=None)  # feed-forward: no recurrent state to slice
+        # The optimiser steps this call really takes (M may be below num_minibatches):
+        # the anneal horizon and the learning_rate metric count these.
+        steps_per_update = config.num_epochs * M
+        optimiser, learning_rate = optimiser_for(M)
+
+        def sgd_step(carry, minibatch: Trajectory):
+            params, opt_state, step = carry
+            grads, metrics = jax.grad(loss_fn, has_aux=True)(params, minibatch)
+            lr = learning_rate(step)  # what Adam uses: its own count equals `step`
+            updates, opt_state = optimiser.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            metrics = {**metrics, "grad_norm": optax.tree.norm(grads),
+                       "learning_rate": jnp.asarray(lr, jnp.float32)}
+            return (params, opt_state, step + 1), metrics
 
         def epoch(carry, key):
             perm = jax.random.permutation(key, B).reshape(M, B // M)

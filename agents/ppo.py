@@ -75,6 +75,25 @@ class PPOConfig:
     attention + LSTM for hide-and-seek; see ``agents/ppo_recurrent.py``)."""
     attention_heads: int = 4
     """Heads of the entity self-attention (``entity_lstm`` only)."""
+    entity_embed: int = 0
+    """``entity_lstm``: entity embedding and attention width (0: ``hidden_sizes[0]``).
+    Released spec: 128."""
+    dense_size: int = 0
+    """``entity_lstm``: the dense layer between pooling and the LSTM (0: ``hidden_sizes[0]``).
+    Released spec: 256."""
+    lstm_size: int = 0
+    """``entity_lstm``: LSTM units (0: ``hidden_sizes[0]``). Released spec: 256."""
+    attention_style: str = "ours"
+    """``entity_lstm``: ``ours`` (residual attention + LN, then a feed-forward block +
+    LN; the attended self token joins the pool) or ``released`` (OpenAI's
+    ``residual_sa_block`` with pre- and post-LayerNorm and no feed-forward block, the
+    self embedding joins the pool, LN around the dense layer and after the LSTM;
+    mae:ma_policy/layers.py:89-139). See ``agents/entity_network.py``."""
+    lidar_filters: int = 4
+    """``entity_lstm``: filters of the circular lidar convolution (released spec: 9)."""
+    lidar_to_entities: bool = False
+    """``entity_lstm``: the flattened lidar features join the self features that are
+    concatenated to every entity (as released) instead of the self token only."""
     normalize_observations: bool = False
     """Running mean/std observation normalisation, clipped to +-10 (statistics in the
     learner state, saved with checkpoints). For vector/MuJoCo observations."""
@@ -84,6 +103,9 @@ class PPOConfig:
     the statistics change, the head's last layer is rescaled so its unnormalised output
     is preserved (PopArt, van Hasselt et al. 2016; ``agents.ppo_loss.pop_art_preserve``)."""
     kl_coef: float = 0.0
+    value_clip_eps: float = 0.0
+    """Value clipping range around the pre-update values, in the value head's units
+    (0: ``clip_eps``). Sample Factory's ``ppo_clip_value`` (1.0)."""
     """Weight of a KL(pi_old || pi) penalty added to the clipped loss (0: none).
     Sample Factory's ``kl_loss_coeff`` (0.1 in its MuJoCo settings)."""
 
@@ -93,11 +115,20 @@ class PPOConfig:
                   ("num_minibatches", self.num_minibatches >= 1), ("gamma", 0 <= self.gamma <= 1),
                   ("gae_lambda", 0 <= self.gae_lambda <= 1), ("clip_eps", self.clip_eps > 0),
                   ("vf_coef", self.vf_coef >= 0), ("ent_coef", self.ent_coef >= 0),
-                  ("max_grad_norm", self.max_grad_norm > 0), ("kl_coef", self.kl_coef >= 0), ("attention_heads", self.attention_heads >= 1),
+                  ("max_grad_norm", self.max_grad_norm > 0), ("kl_coef", self.kl_coef >= 0),
+                  ("value_clip_eps", self.value_clip_eps >= 0), ("attention_heads", self.attention_heads >= 1),
+                  ("entity_embed", self.entity_embed >= 0), ("dense_size", self.dense_size >= 0),
+                  ("lstm_size", self.lstm_size >= 0), ("lidar_filters", self.lidar_filters >= 1),
                   ("hidden_sizes", all(h >= 1 for h in self.hidden_sizes))]
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"ppo.{name}={getattr(self, name)!r} is out of range")
+        if self.attention_style not in ("ours", "released"):
+            raise ValueError(f"ppo.attention_style={self.attention_style!r}; valid: 'ours', 'released'")
+        width = self.entity_embed or (self.hidden_sizes[0] if self.hidden_sizes else 64)
+        if self.network == "entity_lstm" and width % self.attention_heads:
+            raise ValueError(f"entity width {width} is not divisible by ppo.attention_heads="
+                             f"{self.attention_heads}")
         if self.network not in ("mlp", "entity_lstm"):
             raise ValueError(f"ppo.network={self.network!r}; valid: 'mlp', 'entity_lstm'")
 
@@ -210,6 +241,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             clip_value_loss=config.clip_value_loss,
             normalize_advantages=config.normalize_advantages,
             kl_coef=config.kl_coef,
+            value_clip_eps=config.value_clip_eps or None,
             mask=batch.mask,
         )
         return out.total, out

@@ -61,6 +61,7 @@ def ppo_loss(
     clip_value_loss: bool = True,
     normalize_advantages: bool = True,
     kl_coef: float = 0.0,
+    value_clip_eps: float | None = None,
     mask: chex.Array | None = None,
 ) -> PPOLoss:
     """PPO clipped-surrogate loss (Schulman et al. 2017, eq. 7 and eq. 9).
@@ -70,7 +71,7 @@ def ppo_loss(
 
         L^CLIP = mean(min(r * A, clip(r, 1 - eps, 1 + eps) * A))
         L^V    = 0.5 * mean((V - G)^2), or with ``clip_value_loss`` (PPO2 / CleanRL)
-                 0.5 * mean(max((V - G)^2, (V_old + clip(V - V_old, -eps, eps) - G)^2))
+                 0.5 * mean(max((V - G)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - G)^2))
         KL     = mean((r - 1) - log r)          (estimate of KL(pi_old || pi))
         total  = -L^CLIP + vf_coef * L^V - ent_coef * mean(H) + kl_coef * KL
 
@@ -94,6 +95,8 @@ def ppo_loss(
       clip_value_loss: use the clipped value loss.
       normalize_advantages: standardise ``advantage`` (mean 0, std 1, eps 1e-8).
       kl_coef: weight of the KL penalty (0: none).
+      value_clip_eps: ``eps_v``, the value clipping range (``None``: ``clip_eps``, as
+        CleanRL; Sample Factory's ``ppo_clip_value`` is 1.0 in normalised units).
       mask: ``[N]`` bool, the samples that count (``None``: all). Masked-out samples
         (idle rows of absent agents) contribute to no mean and get no gradient.
 
@@ -118,7 +121,8 @@ def ppo_loss(
 
     value_err = (value - return_) ** 2
     if clip_value_loss:
-        clipped_value = old_value + jnp.clip(value - old_value, -clip_eps, clip_eps)
+        eps_v = clip_eps if value_clip_eps is None else value_clip_eps
+        clipped_value = old_value + jnp.clip(value - old_value, -eps_v, eps_v)
         value_err = jnp.maximum(value_err, (clipped_value - return_) ** 2)
     value_loss = 0.5 * mean(value_err)
 

@@ -28,7 +28,7 @@ import optax
 
 from agents import networks, normalization as nz
 from agents.optim import clipped_adam
-from agents.entity_network import RecurrentEntityActorCritic, widths
+from agents import entity_network
 from agents.ppo_loss import (masked_mean, minibatch_metrics, pop_art_preserve, ppo_loss,
                              replace_at, standardise, unstandardise)
 from agents.returns import bootstrap_values, gae
@@ -76,6 +76,16 @@ def unroll_network(net, variables, obs, final_obs, reset, carry):
     return dists, values, v_final
 
 
+def _first_steps(dist, T: int):
+    """The first ``T`` steps of a time-major distribution from :func:`unroll_network`.
+
+    Only the per-step leaves are cut: the unstacked constants (``start [A]``,
+    ``log_std [A]``) are not time-indexed (cutting them broke ``T < A``)."""
+    if isinstance(dist, networks.DiagGaussian):
+        return dist._replace(mean=dist.mean[:T])
+    return dist._replace(logits=dist.logits[:T])
+
+
 def _schedule_count(opt_state) -> jax.Array:
     """The step count Adam's schedule reads (skipped non-finite steps do not advance it)."""
     is_sched = lambda x: isinstance(x, optax.ScaleByScheduleState)
@@ -87,8 +97,7 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentF
 
     ``state.params`` is ``{"net": variables, "obs_stats": ..., "ret_stats": ...}``.
     """
-    net = RecurrentEntityActorCritic(networks.head_for_space(spec.action_space),
-                                     width=widths(config.hidden_sizes), heads=config.attention_heads)
+    net = entity_network.from_config(networks.head_for_space(spec.action_space), config)
     obs_space = spec.observation_space
     steps_per_update = config.num_epochs * config.num_minibatches
     inner, learning_rate = clipped_adam(config.learning_rate, config.anneal_lr, num_updates * steps_per_update,
@@ -155,7 +164,7 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentF
 
         def loss_fn(variables, mb, carry):
             dists, values, _ = unroll(variables, mb["obs"], None, mb["reset"], carry)
-            dist = jax.tree.map(lambda x: x[:T], dists)
+            dist = _first_steps(dists, T)
             flat = lambda x: x.reshape((-1,) + x.shape[2:])
             out = ppo_loss(flat(networks.log_prob(dist, mb["action"])), flat(mb["logp"]),
                            flat(mb["adv"]), flat(values[:T]), flat(mb["old_value"]),
@@ -163,7 +172,7 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentF
                            clip_eps=config.clip_eps, vf_coef=config.vf_coef, ent_coef=config.ent_coef,
                            clip_value_loss=config.clip_value_loss,
                            normalize_advantages=config.normalize_advantages,
-                           kl_coef=config.kl_coef,
+                           kl_coef=config.kl_coef, value_clip_eps=config.value_clip_eps or None,
                            mask=None if traj.valid is None else flat(mb["valid"]))
             return out.total, out
 

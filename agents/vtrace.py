@@ -60,6 +60,7 @@ def vtrace(
     clip_rho: float | None = 1.0,
     clip_c: float | None = 1.0,
     clip_pg_rho: float | None = 1.0,
+    valid_t: chex.Array | None = None,
 ) -> VTraceOutput:
     """V-trace targets and policy-gradient advantages for one batch of segments.
 
@@ -79,6 +80,11 @@ def vtrace(
       clip_rho: ``rho_bar`` (``None``: no clipping).
       clip_c: ``c_bar`` (``None``: no clipping).
       clip_pg_rho: ``rho_bar`` of the policy-gradient weights (``None``: no clipping).
+      valid_t: ``[T, ...]`` bool, False on idle steps (an agent absent from the episode;
+        ``Trajectory.valid``), or ``None`` (all valid). An idle step contributes nothing:
+        its ``delta_t`` and trace are 0, so ``v_s = V(x_s)`` and ``pg_advantage = 0``
+        there, and a valid step followed by an idle one bootstraps from ``v_tp1`` alone
+        (in practice idle steps fill whole episodes, cut off by ``done_t`` anyway).
 
     Returns:
       ``VTraceOutput(vs, vs_tp1, pg_advantage, rho)``, each ``[T, ...]`` float.
@@ -94,9 +100,13 @@ def vtrace(
     c = lambda_ * (ratio if clip_c is None else jnp.minimum(clip_c, ratio))
     pg_rho = ratio if clip_pg_rho is None else jnp.minimum(clip_pg_rho, ratio)
     not_done = 1.0 - done_t.astype(dtype)
+    valid = jnp.ones(v_t.shape, bool) if valid_t is None else valid_t.astype(bool)
+    chex.assert_equal_shape([v_t, valid])
 
-    delta = rho * (r_t + discount_t * v_tp1 - v_t)  # [T, ...]
-    trace = discount_t * c * not_done  # weight of (v_{t+1} - V(x_{t+1})) in v_t - V(x_t)
+    # `where`, not a product: whatever an idle step holds never reaches the targets.
+    delta = jnp.where(valid, rho * (r_t + discount_t * v_tp1 - v_t), 0.0)  # [T, ...]
+    # weight of (v_{t+1} - V(x_{t+1})) in v_t - V(x_t):
+    trace = jnp.where(valid, discount_t * c * not_done, 0.0)
 
     def step(acc_tp1, inputs):
         d, tr = inputs
@@ -108,7 +118,7 @@ def vtrace(
     vs = v_t + acc
     acc_tp1 = jnp.concatenate([acc[1:], jnp.zeros_like(acc[:1])], axis=0)
     vs_tp1 = v_tp1 + not_done * acc_tp1  # v_{t+1} inside an episode, else the bootstrap
-    pg_advantage = pg_rho * (r_t + discount_t * vs_tp1 - v_t)
+    pg_advantage = jnp.where(valid, pg_rho * (r_t + discount_t * vs_tp1 - v_t), 0.0)
     return VTraceOutput(
         vs=jax.lax.stop_gradient(vs),
         vs_tp1=jax.lax.stop_gradient(vs_tp1),

@@ -4,7 +4,10 @@ Orbax writes each checkpoint into a temporary folder (``<step>.orbax-checkpoint-
 and renames it when complete, so a kill during a write leaves only that temporary
 folder, which is never restored: the newest *finalised* checkpoint is used. If the
 newest finalised checkpoint cannot be read anyway (a damaged disk, a file deleted by
-hand), :meth:`Checkpointer.restore` falls back to the next older one, with a warning.
+hand), :meth:`Checkpointer.restore` falls back to the next older one, with a one-line
+warning; on ``--resume`` the unreadable ones are renamed ``<step>.unreadable`` (kept for
+inspection, invisible to Orbax), so the resumed run saves those steps again instead of
+colliding with them.
 """
 
 from __future__ import annotations
@@ -39,11 +42,19 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
-    def restore(self, like: Any, step: int | None = None) -> tuple[Any, dict]:
+    def restore(self, like: Any, step: int | None = None, *,
+                set_aside_unreadable: bool = False) -> tuple[Any, dict]:
         """Restore ``(state, meta)``; ``like`` gives the pytree structure, dtypes and shardings.
 
         Without ``step``, the newest readable checkpoint is restored (an unreadable newer
-        one is skipped with a warning).
+        one is skipped with a one-line warning naming it).
+
+        Args:
+          like: the pytree to restore into.
+          step: this checkpoint, not the newest readable one.
+          set_aside_unreadable: rename the unreadable checkpoints newer than the one
+            restored to ``<step>.unreadable`` (a run resuming from here saves those steps
+            again); otherwise the folder is only read.
 
         Raises:
           FileNotFoundError: there is no checkpoint in the directory.
@@ -55,15 +66,33 @@ class Checkpointer:
         steps = sorted(self.manager.all_steps(), reverse=True)
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
-        errors = []
+        unreadable = []
         for candidate in steps:
             try:
-                return self._restore(like, candidate)
+                out = self._restore(like, candidate)
             except Exception as exc:  # noqa: BLE001  (any damage: try the previous one)
-                errors.append(f"{candidate}: {type(exc).__name__}: {exc}")
-                log.warning("checkpoint %d in %s is unreadable (%s: %s); trying an older one",
-                            candidate, self.directory, type(exc).__name__, exc)
-        raise RuntimeError(f"no readable checkpoint in {self.directory}: {errors}")
+                unreadable.append((candidate, _one_line(exc)))
+                log.warning("checkpoint %d in %s is unreadable (%s); trying an older one",
+                            candidate, self.directory, _one_line(exc))
+                continue
+            if set_aside_unreadable and unreadable:
+                for bad, _ in unreadable:
+                    target = self._set_aside(bad)
+                    log.warning("resuming from checkpoint %d: moved the unreadable checkpoint %d "
+                                "to %s", candidate, bad, target)
+                self.manager.reload()
+            return out
+        raise RuntimeError(f"no readable checkpoint in {self.directory}: "
+                           + "; ".join(f"{s_}: {e}" for s_, e in unreadable))
+
+    def _set_aside(self, step: int) -> str:
+        """Rename checkpoint ``step`` to ``<step>.unreadable`` (``-2``, ... if taken)."""
+        target, n = os.path.join(self.directory, f"{step}.unreadable"), 1
+        while os.path.exists(target):
+            n += 1
+            target = os.path.join(self.directory, f"{step}.unreadable-{n}")
+        os.rename(os.path.join(self.directory, str(step)), target)
+        return target
 
     def _restore(self, like: Any, step: int) -> tuple[Any, dict]:
         out = self.manager.restore(step, args=ocp.args.Composite(
@@ -74,5 +103,13 @@ class Checkpointer:
         return out.state, meta
 
     def close(self) -> None:
+        """Wait for pending saves and release the manager."""
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    """``Type: message`` on one line, cut to ``limit`` characters (TensorStore errors
+    run to kilobytes)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -2,10 +2,13 @@
 
 Resolution order (later wins):
   1. the defaults of :class:`RunConfig` and of the agent's config dataclass;
-  2. ``configs/<env>.toml`` if it exists (``/`` in the env id becomes ``_``), or the
-     file given by ``--config``; top-level keys set run fields, the ``[<agent>]``
-     table sets agent hyperparameters, ``[env_kwargs]`` and ``[dataflow]`` as named;
-  3. command-line flags: ``--num_actors=4``, ``--ppo.learning_rate=1e-3``, ...
+  2. ``configs/<env>.toml`` if it exists (``/`` and ``:`` in the env id become ``_``);
+     with ``--resume``, the run's own ``LOGDIR/config.json`` instead;
+  3. the files given by ``--config FILE`` (repeatable), in order; in each, top-level
+     keys set run fields, the ``[<agent>]`` table sets agent hyperparameters,
+     ``[env_kwargs]`` is merged key by key and ``[dataflow]`` replaces the graph;
+  4. command-line flags: ``--num_actors=4``, ``--ppo.learning_rate=1e-3``,
+     ``--env_kwargs.max_episode_steps=50`` (a TOML value; a bare word is a string), ...
 The resolved config is immutable and saved as ``LOGDIR/config.json`` at start.
 """
 
@@ -17,26 +20,34 @@ import json
 import math
 import os
 import sys
-import tomllib
-from typing import Annotated, Any, Literal, Optional, Sequence
+from typing import Annotated, Any, ClassVar, Literal, Optional, Sequence
 
 import tyro
 
+from jaxsrl import config_layers as layers
 from jaxsrl.dataflow import Dataflow, default_dataflow
-
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Everything about a run except the agent's hyperparameters."""
 
+    #: Name of the field holding the agent's hyperparameters (``Agent.name``; set by
+    #: :func:`config_class`). It differs from ``agent`` for ``module:OBJ`` agents.
+    agent_field: ClassVar[str] = ""
+
     agent: str = "ppo"
-    """Agent (algorithm) name, e.g. ``ppo``."""
+    """Agent: a built-in name (listed above) or ``package.module:AGENT``, any importable
+    ``jaxsrl.agent.Agent`` (its hyperparameters are then ``--<Agent.name>.<field>``)."""
     env: str = "CartPole-v1"
-    """Environment: any Gymnasium id, or ``hide_and_seek`` / ``hide_and_seek_full``."""
+    """Environment: a Gymnasium id (``module:EnvId`` imports ``module`` first, as
+    ``gymnasium.make`` does), ``hide_and_seek`` / ``hide_and_seek_full``, or
+    ``module:factory``, a function returning a PettingZoo ``ParallelEnv``."""
     total_env_steps: int = 500_000
-    """Stop after this many environment frames (all actors together)."""
+    """Stop after this many environment frames (all actors together). A lower bound: the
+    run stops at the first check at or past it, so it overshoots by the segments in
+    flight then (more on a loaded machine); a --resume needs a larger value than the
+    checkpoint's ``env_steps`` to train at all."""
     num_actors: int = 2
     """Actor processes (of the default dataflow)."""
     envs_per_actor: int = 32
@@ -72,6 +83,9 @@ class RunConfig:
     """Run folder (metrics.jsonl, config.json, checkpoints/); default runs/<env>-<agent>-<time>."""
     resume: bool = False
     """Continue from the newest checkpoint in --logdir."""
+    overwrite: bool = False
+    """Delete the run already in --logdir and start a new one there (without it, and
+    without --resume, a --logdir holding files is refused)."""
     log_interval_s: float = 2.0
     """Seconds between metrics lines."""
     checkpoint_interval_s: float = 120.0
@@ -122,7 +136,8 @@ class RunConfig:
     learner_gpus: float = 0.0
     """--launcher=ray: GPUs the accelerator process asks Ray for (0: runs on CPU)."""
     env_kwargs: Annotated[Optional[dict], tyro.conf.Suppress] = None
-    """Keyword arguments for the environment constructor (from the TOML file)."""
+    """Keyword arguments for the environment constructor (``[env_kwargs]`` of the TOML
+    files, then ``--env_kwargs.KEY=VALUE`` flags)."""
     dataflow: Annotated[Optional[dict], tyro.conf.Suppress] = None
     """Worker graph (``[dataflow]`` TOML table); default: see ``default_dataflow``."""
 
@@ -131,17 +146,19 @@ class RunConfig:
     def envs_per_group(self) -> int:
         return self.envs_per_actor // self.ring_size
 
-    def steps_per_update(self, rows_per_env: int = 1) -> float:
+    def steps_per_update(self, rows_per_env: float = 1) -> float:
         """Environment frames consumed by one learner update whose policy controls
-        ``rows_per_env`` agents of each environment."""
+        ``rows_per_env`` agents of each environment (a mean over actor groups may be
+        fractional: ``jaxsrl.launcher.planned_updates``)."""
         return self.batch_segments * self.segment_length / rows_per_env
 
-    def num_updates(self, rows_per_env: int = 1) -> int:
+    def num_updates(self, rows_per_env: float = 1) -> int:
         """Planned learner updates of one policy (for learning-rate schedules)."""
         return max(1, math.ceil(self.total_env_steps / self.steps_per_update(rows_per_env)))
 
     def agent_config(self) -> Any:
-        return getattr(self, self.agent)
+        """The agent's hyperparameters (its config dataclass)."""
+        return getattr(self, self.agent_field or self.agent)
 
     def get_dataflow(self) -> Dataflow:
         flow = (Dataflow.from_dict(self.dataflow) if self.dataflow
@@ -182,14 +199,17 @@ class RunConfig:
             value = getattr(self, name)
             if not value >= 0:
                 raise ValueError(f"{name}={value} must be >= 0")
+        if self.resume and self.overwrite:
+            raise ValueError("--resume and --overwrite contradict each other: continue the run "
+                             "in --logdir or replace it, not both")
         if self.curve:
             from jaxsrl.security import check_curve_available  # noqa: PLC0415
             check_curve_available()
-        agent_cfg = getattr(self, self.agent, None)
+        agent_cfg = getattr(self, self.agent_field or self.agent, None)
         minibatches = getattr(agent_cfg, "num_minibatches", 1)
         rows = self.batch_segments * self.segment_length
         if not isinstance(minibatches, int) or minibatches <= 0 or rows % minibatches:
-            raise ValueError(f"{self.agent}.num_minibatches={minibatches} must be a positive divisor "
+            raise ValueError(f"{self.agent_field or self.agent}.num_minibatches={minibatches} must be a positive divisor "
                              f"of batch_segments*segment_length={self.batch_segments}*"
                              f"{self.segment_length}={rows}")
         steps = self.num_updates() * minibatches * getattr(agent_cfg, "num_epochs", 1)
@@ -244,36 +264,28 @@ class RunConfig:
 
 
 def config_class(agent_name: str, agent_config_cls: type) -> type:
-    """The frozen dataclass of a run with agent ``agent_name`` (field of that name)."""
+    """The frozen dataclass of a run with agent ``agent_name`` (field of that name).
+
+    Raises:
+      ValueError: ``agent_name`` is also the name of a run field.
+    """
+    if agent_name in {f.name for f in dataclasses.fields(RunConfig)}:
+        raise ValueError(f"Agent.name={agent_name!r} is taken by a run field: rename the agent")
     return dataclasses.make_dataclass(
         "TrainConfig", [(agent_name, agent_config_cls, dataclasses.field(default_factory=agent_config_cls))],
-        bases=(RunConfig,), frozen=True)
+        bases=(RunConfig,), frozen=True, namespace={"agent_field": agent_name})
 
 
-def config_file_for(env: str) -> str:
-    return os.path.join(CONFIG_DIR, env.replace("/", "_") + ".toml")
-
-
-def _apply_toml(defaults: Any, data: dict, path: str) -> Any:
-    agent_name = defaults.agent
-    run_fields = {f.name for f in dataclasses.fields(RunConfig)} - {"agent", "env"}
-    updates = {}
-    for key, value in data.items():
-        if key == agent_name and isinstance(value, dict):
-            sub = getattr(defaults, agent_name)
-            names = {f.name for f in dataclasses.fields(sub)}
-            bad = sorted(set(value) - names)
-            if bad:
-                raise ValueError(f"{path}: unknown [{agent_name}] keys {bad}; valid: {sorted(names)}")
-            value = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
-            updates[agent_name] = dataclasses.replace(sub, **value)
-        elif key in run_fields:
-            updates[key] = value
-        elif isinstance(value, dict):
-            continue  # another agent's table: ignored when running this agent
-        else:
-            raise ValueError(f"{path}: unknown config key {key!r}")
-    return dataclasses.replace(defaults, **updates)
+def help_text(agents: dict) -> str:
+    """The top of ``train.py --help``: how flags and files combine (the flags that the
+    config dataclass does not hold are listed here, since the pre-parser takes them)."""
+    return ("Train an agent. Values resolve in this order, later wins: dataclass defaults, "
+            "configs/<env>.toml, each --config FILE in order, then flags. "
+            "--config FILE: a TOML file layered over configs/<env>.toml (repeatable; top-level "
+            "keys are run fields, [<agent>] its hyperparameters, [env_kwargs], [dataflow]). "
+            "--env_kwargs.KEY=VALUE: an argument of the environment constructor (a TOML "
+            "value; a bare word is a string). "
+            f"Built-in agents: {', '.join(sorted(agents))}; or --agent=package.module:AGENT.")
 
 
 def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -> Any:
@@ -281,25 +293,29 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
 
     Args:
       args: command-line arguments (default ``sys.argv[1:]``).
-      agents: the agent registry (default ``agents.AGENTS``).
+      agents: the agent registry (default ``agents.AGENTS``); ``--agent`` may also be a
+        ``package.module:AGENT`` reference.
 
     Raises:
-      ValueError: unknown agent, environment or config key, or an impossible value —
-        before any process starts.
+      ValueError: unknown agent, environment, config file or key, a malformed
+        ``--env_kwargs`` flag, or an impossible value — before any process starts.
       SystemExit: bad flags (tyro prints the error and the valid flags).
     """
-    if agents is None:
-        from agents import AGENTS as agents  # noqa: PLC0415
+    from agents import AGENTS, get_agent  # noqa: PLC0415  (agents import this module's users)
+    from jaxsrl.envs import check_env_name  # noqa: PLC0415
+    agents = AGENTS if agents is None else agents
+    args = list(sys.argv[1:] if args is None else args)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--agent", default="ppo")
     pre.add_argument("--env", default="CartPole-v1")
-    pre.add_argument("--config", default=None, help="TOML file (default configs/<env>.toml)")
+    pre.add_argument("--config", action="append", default=[])
     pre.add_argument("--logdir", default="")
     pre.add_argument("--resume", action="store_true")
     known, rest = pre.parse_known_args(args)
+    rest, env_kwargs = layers.split_env_kwargs_flags(rest)
     saved = _saved_config(known.logdir) if known.resume else None
     if saved is not None:  # --resume: the run's own config, then the flags given now
-        explicit = {a.split("=")[0] for a in (args if args is not None else sys.argv[1:])}
+        explicit = {a.split("=")[0] for a in args}
         for key in ("agent", "env"):
             given = getattr(known, key)
             if f"--{key}" in explicit and given != saved.get(key):
@@ -308,25 +324,26 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
             setattr(known, key, saved.get(key, given))
     rest = list(rest) + (["--logdir", known.logdir] if known.logdir else []) + (
         ["--resume"] if known.resume else [])
-    if known.agent not in agents:
-        raise ValueError(f"unknown agent {known.agent!r}; valid agents: {sorted(agents)}")
-    from jaxsrl.envs import check_env_name  # noqa: PLC0415
+    agent = get_agent(known.agent, agents)
     check_env_name(known.env)
-    agent = agents[known.agent]
     cls = config_class(agent.name, agent.config_cls)
     cfg = cls(agent=known.agent, env=known.env)
-    path = known.config or config_file_for(known.env)
-    if known.config and not os.path.exists(path):
-        raise ValueError(f"config file {path!r} does not exist")
+    for path in known.config:
+        if not os.path.isfile(path):
+            raise ValueError(f"--config {path!r}: no such file")
     if saved is not None:
-        known_keys = {f.name for f in dataclasses.fields(cls)} - {"agent", "env", "logdir", "resume"}
+        known_keys = {f.name for f in dataclasses.fields(cls)} - {"agent", "env", "logdir", "resume",
+                                                                    "overwrite"}
         fields = {k: v for k, v in saved.items() if k in known_keys}  # older/newer keys: skipped
-        cfg = _apply_toml(cfg, fields, os.path.join(known.logdir, "config.json"))
-    elif os.path.exists(path):
-        with open(path, "rb") as f:
-            cfg = _apply_toml(cfg, tomllib.load(f), path)
+        cfg = layers.apply_table(cfg, fields, os.path.join(known.logdir, "config.json"))
+    elif os.path.exists(layers.config_file_for(known.env)):
+        cfg = layers.apply_file(cfg, layers.config_file_for(known.env))
+    for path in known.config:
+        cfg = layers.apply_file(cfg, path)
     cfg = tyro.cli(cls, default=cfg, args=list(rest) + ["--agent", known.agent, "--env", known.env],
-                   use_underscores=True, prog="train.py")
+                   use_underscores=True, prog="train.py", description=help_text(agents))
+    if env_kwargs:
+        cfg = dataclasses.replace(cfg, env_kwargs={**(cfg.env_kwargs or {}), **env_kwargs})
     cfg.validate()
     return cfg
 

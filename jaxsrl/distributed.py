@@ -254,9 +254,9 @@ class PrimaryCheckpointer(Checkpointer):
     def save(self, step: int, state: Any, meta: dict) -> None:
         super().save(step, host_copy(state), meta)
 
-    def restore(self, like: Any, step: int | None = None) -> tuple[Any, dict]:
+    def restore(self, like: Any, step: int | None = None, **kwargs: Any) -> tuple[Any, dict]:
         """Like :meth:`Checkpointer.restore`, into host (numpy) arrays shaped as ``like``."""
-        return super().restore(host_copy(like), step)
+        return super().restore(host_copy(like), step, **kwargs)
 
 
 # -- lockstep -------------------------------------------------------------------------

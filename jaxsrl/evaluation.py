@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import importlib.util
 import inspect
 import json
@@ -36,7 +35,7 @@ import jax
 import numpy as np
 
 from jaxsrl.agent import Agent, AgentFns, EnvSpec
-from jaxsrl.envs import MULTI_AGENT_ENVS, env_spaces
+from jaxsrl.envs import env_spaces, is_multi_agent
 
 log = logging.getLogger("jaxsrl.evaluation")
 
@@ -188,8 +187,7 @@ def load_run(logdir: str | None = None, checkpoint: str | None = None,
       FileNotFoundError: missing config or checkpoint.
       ValueError: neither ``logdir`` nor ``checkpoint``, or an unknown agent/policy.
     """
-    if agents is None:
-        from agents import AGENTS as agents  # noqa: PLC0415
+    from agents import get_agent  # noqa: PLC0415
     chosen: tuple[str, int | None] | None = None
     if checkpoint is not None:
         policy_dir, step = split_checkpoint_path(checkpoint)
@@ -203,10 +201,11 @@ def load_run(logdir: str | None = None, checkpoint: str | None = None,
         raise ValueError("give a run folder (logdir) or a checkpoint path")
     config = read_config(config_path or logdir)
     name = config.get("agent")
-    if name not in agents:
-        raise ValueError(f"config.json names agent {name!r}; registered agents: {sorted(agents)}")
-    agent = agents[name]
-    agent_config = agent_config_from_dict(agent.config_cls, config.get(name))
+    try:
+        agent = get_agent(str(name), agents)
+    except ValueError as exc:
+        raise ValueError(f"config.json names agent {name!r}: {exc}") from None
+    agent_config = agent_config_from_dict(agent.config_cls, config.get(agent.name))
     env_id, env_kwargs = config["env"], config.get("env_kwargs") or {}
     spec = EnvSpec(*env_spaces(env_id, env_kwargs))
     fns = agent.make(agent_config, spec, 1)  # num_updates only shapes LR schedules
@@ -289,12 +288,6 @@ def make_eval_env(config: dict, render: bool) -> Any:
     if render:  # pygame-based renderers (classic control) must not look for a display
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-    if env_id in MULTI_AGENT_ENVS:
-        module, defaults = MULTI_AGENT_ENVS[env_id]
-        kwargs = {**defaults, **env_kwargs}
-        if render:
-            kwargs["render_mode"] = "rgb_array"
-        return importlib.import_module(module).make_env(**kwargs)
     from jaxsrl.envs import make_env  # noqa: PLC0415  (Atari: the training preprocessing, full games)
     return make_env(env_id, env_kwargs, render_mode="rgb_array" if render else None)
 
@@ -353,7 +346,7 @@ def evaluate(run: LoadedRun, episodes: int = 10, deterministic: bool = True, see
     policies = {name: _Policy(run, name, deterministic) for name in run.policies}
     rng = jax.random.PRNGKey(seed)
     results, frames = [], []
-    multi = run.config["env"] in MULTI_AGENT_ENVS
+    multi = is_multi_agent(run.config["env"])
     try:
         for i in range(episodes):
             record = video is not None and i == video_episode

@@ -37,12 +37,12 @@ import jax
 import zmq
 
 from jaxsrl import config as config_lib
-from jaxsrl import devices, distributed, security
+from jaxsrl import devices, distributed, run_folder, security
 from jaxsrl.agent import EnvSpec
 from jaxsrl.checkpoint import Checkpointer
-from jaxsrl.envs import env_spaces, env_teams
+from jaxsrl.envs import env_has_idle_rows, env_spaces, env_teams
 from jaxsrl.envs.spaces import action_leaf, space_leaves
-from jaxsrl.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
+from jaxsrl.metrics import Clock, MetricsAccumulator, MetricsWriter, PolicyMetrics, console_line
 from jaxsrl.params import ParameterStore
 from jaxsrl.periodic_eval import PeriodicEvaluator
 from jaxsrl.processes import ActorProcess, Spawner, local_spawner, stop_all
@@ -72,7 +72,8 @@ def _has_checkpoint(logdir: str) -> bool:
 
 def default_logdir(cfg) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{cfg.env.replace('/', '_')}-{cfg.agent}-{stamp}")
+    agent = getattr(cfg, "agent_field", "") or cfg.agent  # a module:OBJ agent: its name
+    return os.path.join("runs", f"{cfg.env.replace('/', '_').replace(':', '_')}-{agent}-{stamp}")
 
 
 # Set by SIGINT/SIGTERM during train(). The handler also raises KeyboardInterrupt, but
@@ -114,10 +115,28 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     Raises:
       ComponentDied: an inference server, trainer or (repeatedly) an actor died.
       FileNotFoundError: ``--resume`` without a checkpoint in ``--logdir``.
+      RunFolderError: ``--logdir`` is locked by another live run, or holds files
+        without ``--resume`` / ``--overwrite`` (a ``ValueError``).
       ValueError: an impossible config (before any worker or process starts).
       KeyboardInterrupt: Ctrl-C or SIGTERM (after a clean shutdown and checkpoint).
     """
     cfg.validate()
+    logdir = cfg.logdir or default_logdir(cfg)
+    if cfg.resume and not _has_checkpoint(logdir):
+        raise FileNotFoundError(f"--resume: no checkpoint under {os.path.join(logdir, 'checkpoints')} "
+                                "(give the --logdir of a run that saved one)")
+    created = not os.path.isdir(logdir)
+    lock = run_folder.claim(logdir, cfg.resume, cfg.overwrite)  # until the run has ended
+    try:
+        return _train(cfg, spawner, logdir)
+    finally:
+        lock.release()
+        if created:
+            run_folder.remove_if_unused(logdir)
+
+
+def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
+    """:func:`train` in the claimed run folder ``logdir``."""
     spawner = spawner or local_spawner  # hand it to every ChildProcess this run creates
     clock = Clock()
     flow = cfg.get_dataflow()
@@ -127,10 +146,6 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     if not security.is_loopback(cfg.host) and not cfg.curve:
         log.warning("servers bind %s without --curve: streams are unauthenticated plaintext "
                     "(anyone who can reach this host can send samples)", cfg.host)
-    logdir = cfg.logdir or default_logdir(cfg)
-    if cfg.resume and not _has_checkpoint(logdir):
-        raise FileNotFoundError(f"--resume: no checkpoint under {os.path.join(logdir, 'checkpoints')} "
-                                "(give the --logdir of a run that saved one)")
     # A multi-process learner joins its processes before any other JAX call.
     learners = LearnerGroup.start(cfg, spawner) if cfg.num_learner_processes > 1 else None
     mesh = devices.local_mesh()
@@ -155,11 +170,11 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     def envs_of(group) -> int:
         return group.envs_per_actor or cfg.envs_per_actor
 
-    # Learning-rate schedules are planned per policy; with a policy per team the
-    # fewest rows per environment (most updates) is used for all of them.
-    fewest_rows = min(rows_per_env(team) for a in flow.actors for team, _, _ in a.bindings())
-    fns = agent.make(cfg.agent_config(), spec, cfg.num_updates(fewest_rows))
-    learn = learners.jit_learn(fns.learn) if learners else devices.jit_learn(fns.learn, mesh)
+    # Learning-rate schedules are planned per policy: each trainer's learn follows its
+    # own number of updates (a policy fed more rows per env frame updates more often).
+    updates = planned_updates(cfg, flow, teams)
+    fns_of = {t.name: agent.make(cfg.agent_config(), spec, updates[t.name]) for t in flow.trainers}
+    fns = fns_of[flow.trainers[0].name]  # act and initial_carry do not depend on the plan
     act = (distributed.jit_act_local if learners else devices.jit_act)(fns.act, mesh)
 
     # One ZeroMQ context per run: its sockets (and the CURVE authenticator) end with it.
@@ -192,10 +207,10 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
             checkpointers.append(ckpt)
             rng = jax.random.PRNGKey(cfg.seed + 1000 * i)
             rng, init_key = jax.random.split(rng)
-            state = devices.put_replicated(fns.init(init_key), mesh)
+            state = devices.put_replicated(fns_of[t.name].init(init_key), mesh)
             version = 0
             if cfg.resume:
-                tree, meta = ckpt.restore({"agent": state, "rng": rng})
+                tree, meta = ckpt.restore({"agent": state, "rng": rng}, set_aside_unreadable=True)
                 state, rng, version = tree["agent"], tree["rng"], int(meta["policy_version"])
                 metrics.env_steps = max(metrics.env_steps, int(meta.get("env_steps", 0)))
                 log.info("resumed %s from version %d, %d env steps", t.policy, version,
@@ -205,16 +220,20 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
                                or [1])
             if learners is not None:  # every learner process starts from this state
                 state, rng = learners.share_state(t.name, t.policy, state, rng, version,
-                                                  num_updates=cfg.num_updates(fewest_rows),
+                                                  num_updates=updates[t.name],
                                                   max_rows=segment_rows)
+            learn = (learners.jit_learn(fns_of[t.name].learn) if learners
+                     else devices.jit_learn(fns_of[t.name].learn, mesh))
             trainers[t.sample_stream] = TrainerWorker(
                 t.name, t.policy, learn,
                 learners.put_batch if learners else (lambda b: devices.put_batch(b, mesh)),
                 state, rng, version, obs_space, action_space, cfg.segment_length,
-                cfg.batch_segments // cfg.num_learner_processes, store, metrics,
+                cfg.batch_segments // cfg.num_learner_processes, store,
+                PolicyMetrics(metrics, t.policy) if len(flow.trainers) > 1 else metrics,  # loss/*/<policy>
                 ckpt, cfg.max_staleness, cfg.host, fns.initial_carry, actors=table,
                 max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=context,
-                curve=server_keys, before_update=learners.gate(t.policy, metrics) if learners else None)
+                curve=server_keys, before_update=learners.gate(t.policy, metrics) if learners else None,
+                idle_rows=env_has_idle_rows(cfg.env))
 
         stream_rows: dict[str, int] = {}  # every server of a stream can take all its actors
         for i, p in enumerate(flow.policy_workers):
@@ -307,6 +326,7 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
                 closing.update(wall_time_s=clock(), final=True)
                 writer.write(closing)
                 record.update({k: v for k, v in closing.items() if k != "final"})
+                record.update(writer.last_returns)  # the last known return(s), not "none"
                 writer.close()
             if auth is not None:
                 auth.stop()
@@ -324,6 +344,43 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
     return record | {"logdir": logdir}
+
+
+def planned_updates(cfg: Any, flow: Any, teams: list) -> dict:
+    """Planned ``learn`` calls of each trainer over ``cfg.total_env_steps`` env frames:
+    the horizon of its policy's learning-rate schedule.
+
+    A trainer takes ``batch_segments * segment_length`` row-steps per update; each env
+    frame gives its policy ``rows`` row-steps, the number of agents of one environment
+    whose rows go to its sample stream, averaged over the actor groups weighted by their
+    environments (``ActorGroup.count * envs_per_actor``). So::
+
+        num_updates = ceil(total_env_steps * rows / (batch_segments * segment_length))
+
+    (``RunConfig.num_updates(rows)``). On ``--resume`` this is recomputed from the
+    current ``--total_env_steps`` while the optimiser's step count is restored: the
+    schedule is a function of that count only, so a resumed run continues on the
+    schedule it would have followed had it been planned for the new total from the
+    start (``docs/reliability.md``, "Learner interruption and checkpoints").
+
+    Args:
+      cfg: the run config.
+      flow: its :class:`~jaxsrl.dataflow.Dataflow`.
+      teams: team of each agent of one environment (``jaxsrl.envs.env_teams``).
+
+    Returns:
+      ``{trainer name: planned updates}`` (at least 1 each).
+    """
+    out = {}
+    for t in flow.trainers:
+        frames = rows = 0.0
+        for a in flow.actors:
+            envs = a.count * (a.envs_per_actor or cfg.envs_per_actor)
+            frames += envs
+            rows += envs * sum(len(teams) if team is None else sum(x == team for x in teams)
+                               for team, _, sample in a.bindings() if sample == t.sample_stream)
+        out[t.name] = cfg.num_updates(rows / frames) if rows else 1
+    return out
 
 
 def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actors, table,

@@ -88,6 +88,50 @@ class MetricsAccumulator:
             return out
 
 
+class PolicyMetrics:
+    """The accumulator as one policy's learner sees it when a run has several policies:
+    its learner metrics (``add_means`` without a prefix: ``loss/total``, ``entropy``,
+    ``learning_rate``, ``staleness_mean``, ...) are recorded twice, as the mean over
+    the policies under their own name and as ``<name>/<policy>`` (``loss/total/hider``);
+    everything else goes to the shared accumulator unchanged.
+
+    Args:
+      base: the run's :class:`MetricsAccumulator`.
+      policy: the policy's name.
+    """
+
+    def __init__(self, base: MetricsAccumulator, policy: str):
+        self._base, self.policy = base, policy
+
+    def add_means(self, values: dict, prefix: str = "") -> None:
+        self._base.add_means(values, prefix)
+        if not prefix:
+            self._base.add_means({f"{k}/{self.policy}": v for k, v in values.items()})
+
+    def __getattr__(self, name: str) -> Any:  # env_steps, add_episode, count, set_version, ...
+        return getattr(self._base, name)
+
+
+def returns_of(record: dict) -> dict:
+    """The episode returns of a record: ``episode_return_mean`` and, for multi-team
+    games, ``episode_return_mean/<team>`` (finite numbers only)."""
+    return {k: float(v) for k, v in record.items()
+            if (k == "episode_return_mean" or k.startswith("episode_return_mean/"))
+            and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def return_text(returns: dict) -> str:
+    """``return 21.50``, or per team (``hider 0.62  seeker -0.62``) when the record
+    has team returns (the mean over zero-sum teams is always about 0); ``return -``
+    when no episode has finished yet."""
+    teams = {k.split("/", 1)[1]: v for k, v in returns.items() if k.startswith("episode_return_mean/")}
+    teams = {t: v for t, v in teams.items() if t}  # agents of a game without team_of: no team
+    if teams:
+        return "  ".join(f"{team} {value:.2f}" for team, value in sorted(teams.items()))
+    ret = returns.get("episode_return_mean")
+    return f"return {ret:.2f}" if ret is not None else "return -"
+
+
 class MetricsWriter:
     """Writes each interval's record to every configured sink of a run.
 
@@ -100,8 +144,9 @@ class MetricsWriter:
       project ``JAXSRL_WANDB_PROJECT`` (default ``jaxsrl``), entity
       ``JAXSRL_WANDB_ENTITY``; the run id is kept in ``LOGDIR/wandb_run_id`` so that
       ``--resume`` continues the same W&B run. ``WANDB_MODE=offline`` works as usual.
-    * A live progress bar on stderr (rich) with env steps, FPS, episode return, policy
-      version, elapsed time and ETA, only when stderr is a terminal (so CI logs stay
+    * A live progress bar on stderr (rich) with env steps, FPS, episode return (per
+      team for multi-team games; the last known one in intervals where no episode
+      ended, and at the end), policy version, elapsed time and ETA, only when stderr is a terminal (so CI logs stay
       plain); ``JAXSRL_PROGRESS=1``/``0`` forces it on/off. While it is shown, log lines
       of the ``logging`` stream handlers print above it.
 
@@ -126,6 +171,9 @@ class MetricsWriter:
         self.total_env_steps = int(total) if isinstance(total, (int, float)) else None
         self._file = open(self.path, "a", buffering=1)
         self._closed = False
+        #: the newest returns written (:func:`returns_of`), kept across intervals in which
+        #: no episode ended (e.g. the closing record).
+        self.last_returns: dict = {}
         self.tensorboard = self.wandb_run = self.progress = None
         if _flag("JAXSRL_TENSORBOARD", True) if tensorboard is None else tensorboard:
             self.tensorboard = _open_tensorboard(logdir, self.config)
@@ -146,6 +194,7 @@ class MetricsWriter:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                  for k, v in record.items()}
         self._file.write(json.dumps(clean) + "\n")
+        self.last_returns = returns_of(record) or self.last_returns
         step = int(record.get("env_steps", 0))
         scalars = numeric_items(record)
         if self.tensorboard is not None:
@@ -164,7 +213,7 @@ class MetricsWriter:
                 self.wandb_run = None
         if self.progress is not None:
             try:
-                self.progress.update(record)
+                self.progress.update({**self.last_returns, **record})
             except Exception as exc:  # noqa: BLE001
                 log.warning("progress bar failed, disabled: %r", exc)
                 self.progress.close()
@@ -320,12 +369,11 @@ class ProgressBar:
         eta = None
         if self.total and self._fps:
             eta = max(self.total - steps, 0) / self._fps
-        ret = record.get("episode_return_mean")
         steps_text = f"{steps:,}" + (f"/{self.total:,}" if self.total else "") + " steps"
         self._progress.update(
             self._task, completed=steps, steps=steps_text,
             fps=f"{fps:,.0f} fps" if isinstance(fps, (int, float)) else "",
-            ret=f"return {ret:.2f}" if isinstance(ret, (int, float)) else "return -",
+            ret=return_text(returns_of(record)),
             version=f"v{record.get('policy_version', 0)}", eta=format_duration(eta))
 
     def close(self) -> None:
@@ -358,11 +406,28 @@ def console_line(record: dict) -> str:
     return "  ".join(parts)
 
 
+def _process_age_s() -> float:
+    """Seconds since this OS process was launched (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 of proc(5): starttime, ticks after boot
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class Clock:
-    """Wall-clock seconds since the run started."""
+    """Wall-clock seconds since the training process was launched (``wall_time_s``).
+
+    Counted from the OS process's start, so Python start-up, imports and compilation are
+    included: "time from launch", as one compares frameworks by.
+    """
 
     def __init__(self):
-        self.start = time.monotonic()
+        self.start = time.monotonic() - _process_age_s()
 
     def __call__(self) -> float:
         return time.monotonic() - self.start

@@ -1,8 +1,9 @@
 """Learning curves from ``LOGDIR/metrics.jsonl`` as PNG files (matplotlib, headless).
 
 One figure (``out``) holds the episode return against environment steps and against
-wall-clock time, the per-team returns of multi-agent runs (``episode_return_mean/<team>``)
-and any extra metric keys asked for. When the runs report episode statistics
+wall-clock time — for multi-team runs the per-team returns (``episode_return_mean/<team>``)
+instead, since the mean over zero-sum teams is about 0 — and any extra metric keys asked
+for. When the runs report episode statistics
 (``episode/<name>``, e.g. hide-and-seek's phase statistics), a second figure
 ``<out stem>_episode.png`` shows them, one panel each::
 
@@ -10,8 +11,8 @@ and any extra metric keys asked for. When the runs report episode statistics
 
 Runs with the same label (default: the agent name from ``config.json``) form a group
 drawn in one colour: each run as a thin line and, with two or more runs, their mean
-(bold) and +-1 std (shaded) on the x range all of them cover. Used by
-``scripts/plot.py``.
+(bold) and +-1 std (shaded), or with ``band="median"`` their median (bold) and min-max
+range (shaded), on the x range all of them cover. Used by ``scripts/plot.py``.
 """
 
 from __future__ import annotations
@@ -133,6 +134,24 @@ def aggregate(curves: list, points: int = 200):
     return grid, ys.mean(0), ys.std(0)
 
 
+def aggregate_median(curves: list, points: int = 200):
+    """Median, minimum and maximum of several curves on the common grid of ``aggregate``:
+    ``(grid, median, lo, hi)``, or ``None`` as there."""
+    curves = [(x, y) for x, y in curves if len(x) >= 2]
+    if len(curves) < 2:
+        return None
+    lo = max(x.min() for x, _ in curves)
+    hi = min(x.max() for x, _ in curves)
+    if not hi > lo:
+        return None
+    grid = np.linspace(lo, hi, points)
+    ys = np.stack([np.interp(grid, x, y) for x, y in curves])
+    return grid, np.median(ys, 0), ys.min(0), ys.max(0)
+
+
+BANDS = ("mean", "median")
+
+
 def _groups(runs: list) -> dict:
     groups: dict = {}
     for run in runs:
@@ -140,7 +159,8 @@ def _groups(runs: list) -> dict:
     return groups
 
 
-def _panel(ax, runs: list, key: str, x: str, smoothing: float, colors: dict) -> bool:
+def _panel(ax, runs: list, key: str, x: str, smoothing: float, colors: dict,
+           band: str = "mean") -> bool:
     """Draw ``key`` against ``x`` for every group; False if no run has the key."""
     drawn = False
     for label, members in _groups(runs).items():
@@ -157,11 +177,16 @@ def _panel(ax, runs: list, key: str, x: str, smoothing: float, colors: dict) -> 
                     marker="o" if len(xs) < 3 else None, ms=3,
                     label=f"{label}" if single else None)
             drawn = True
-        agg = aggregate(curves)
-        if agg is not None:
+        agg = aggregate(curves) if band == "mean" else aggregate_median(curves)
+        if agg is not None and band == "mean":
             grid, mean, std = agg
             ax.plot(grid, mean, color=color, lw=2.0, label=f"{label} (mean of {len(curves)})")
             ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, lw=0)
+        elif agg is not None:
+            grid, median, lo, hi = agg
+            ax.plot(grid, median, color=color, lw=2.0,
+                    label=f"{label} (median of {len(curves)}, min-max shaded)")
+            ax.fill_between(grid, lo, hi, color=color, alpha=0.2, lw=0)
         elif len(curves) > 1:
             ax.plot([], [], color=color, label=f"{label} ({len(curves)} runs)")
     ax.set_title(key if x == "env_steps" else f"{key} vs wall-clock", fontsize=9)
@@ -198,7 +223,8 @@ def _draw_references(ax, references: Sequence[tuple]) -> None:
 
 
 def _figure(panels: list, runs: list, smoothing: float, path: str, title: str, cols: int,
-            references: Sequence[tuple] = ()) -> str:
+            references: Sequence[tuple] = (), time_references: Sequence[tuple] = (),
+            band: str = "mean") -> str:
     from matplotlib.figure import Figure  # noqa: PLC0415 (headless: no pyplot, no display)
     from matplotlib import colormaps  # noqa: PLC0415
     cols = max(1, min(cols, len(panels)))
@@ -208,9 +234,11 @@ def _figure(panels: list, runs: list, smoothing: float, path: str, title: str, c
     cmap = colormaps["tab10"]
     colors = {label: cmap(i % 10) for i, label in enumerate(_groups(runs))}
     for ax, (key, x) in zip(axes, panels):
-        _panel(ax, runs, key, x, smoothing, colors)
+        _panel(ax, runs, key, x, smoothing, colors, band)
         if references and key == RETURN_KEY and x == "env_steps":
             _draw_references(ax, references)
+        if time_references and key == RETURN_KEY and x == "wall_time_s":
+            _draw_references(ax, time_references)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
@@ -233,10 +261,23 @@ def episode_stat_keys(runs: list, patterns: Sequence[str] | None = None) -> list
     return keys
 
 
+def return_panels(runs: list) -> list:
+    """``[(key, x), ...]`` of the return panels: ``episode_return_mean`` against steps and
+    wall-clock time; for runs with team returns (``episode_return_mean/<team>``, the
+    teams of a multi-agent game) each team's return against steps and wall-clock time
+    instead (the mean over zero-sum teams is about 0 and says nothing)."""
+    all_keys = set().union(*(run.keys() for run in runs)) if runs else set()
+    team_keys = sorted(k for k in all_keys if k.startswith(RETURN_KEY + "/") and k != RETURN_KEY + "/")
+    if not team_keys:
+        return [(RETURN_KEY, "env_steps"), (RETURN_KEY, "wall_time_s")]
+    return [(k, "env_steps") for k in team_keys] + [(k, "wall_time_s") for k in team_keys]
+
+
 def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = None,
               smoothing: float = 0.0, keys: Sequence[str] = (),
               stats: Sequence[str] | None = None, episode_stats: bool = True,
-              references: Sequence[tuple] = ()) -> list:
+              references: Sequence[tuple] = (), time_references: Sequence[tuple] = (),
+              band: str = "mean") -> list:
     """Write the learning-curve PNG(s) of ``logdirs``; returns the files written.
 
     Args:
@@ -249,6 +290,9 @@ def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = N
       episode_stats: write the episode-statistics figure when there are any.
       references: ``(env_steps, return, label)`` published results drawn as markers on
         the return-vs-steps panel (see :func:`parse_reference`).
+      time_references: ``(seconds from launch, return, label)`` markers on the
+        return-vs-wall-clock panel.
+      band: ``mean`` (mean +- std) or ``median`` (median, min-max) of a group's runs.
 
     Raises:
       FileNotFoundError: a run folder without ``metrics.jsonl``.
@@ -256,20 +300,18 @@ def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = N
     """
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"smoothing={smoothing} must be in [0, 1)")
+    if band not in BANDS:
+        raise ValueError(f"band={band!r}; valid: {', '.join(BANDS)}")
     runs = load_runs(logdirs, labels)
-    all_keys = set().union(*(run.keys() for run in runs))
-    team_keys = sorted(k for k in all_keys if k.startswith(RETURN_KEY + "/"))
-    panels = [(RETURN_KEY, "env_steps"), (RETURN_KEY, "wall_time_s")]
-    panels += [(k, "env_steps") for k in team_keys]
-    panels += [(k, "env_steps") for k in keys]
+    panels = return_panels(runs) + [(k, "env_steps") for k in keys]
     names = ", ".join(sorted({r.label for r in runs}))
     written = [_figure(panels, runs, smoothing, out,
                        f"{names}: {len(runs)} run(s)", cols=2 if len(panels) <= 4 else 3,
-                       references=references)]
+                       references=references, time_references=time_references, band=band)]
     stat_keys = episode_stat_keys(runs, stats) if episode_stats else []
     if stat_keys:
         root, ext = os.path.splitext(out)
         path = f"{root}_episode{ext or '.png'}"
         written.append(_figure([(k, "env_steps") for k in stat_keys], runs, smoothing, path,
-                               f"{names}: episode statistics", cols=4))
+                               f"{names}: episode statistics", cols=4, band=band))
     return written

@@ -96,7 +96,7 @@ class RemoteInferenceServers:
         self.restarts = 0
         self.publisher: ParamPublisher | None = None
         self.servers: list[RemoteServer] = []
-        agent_config = config_lib.to_dict(cfg).get(cfg.agent)
+        agent_config = config_lib.to_dict(cfg).get(cfg.agent_field)
         base = {"agent": cfg.agent, "agent_config": agent_config, "env": cfg.env,
                 "env_kwargs": cfg.env_kwargs or {}, "host": cfg.host, "port": 0,
                 "deadline_ms": cfg.inference_deadline_ms, "parent_pid": os.getpid(),

@@ -22,6 +22,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(1, os.getcwd())  # --agent/--env module:NAME in this directory, as python -m finds it
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -41,12 +41,19 @@ def main(argv=None) -> int:
     p.add_argument("--reference", action="append", default=[], metavar="STEPS:RETURN:LABEL",
                    help="a published result drawn as a marker on the return panel, e.g. "
                         "'1e6:1867:CleanRL PPO (HF model card)'; repeatable")
+    p.add_argument("--reference_time", action="append", default=[], metavar="SECONDS:RETURN:LABEL",
+                   help="a published result drawn on the return-vs-wall-clock panel (seconds "
+                        "from launch); repeatable")
+    p.add_argument("--band", choices=plotting.BANDS, default="mean",
+                   help="across a group's runs: mean +- std (default) or median and min-max")
     args = p.parse_args(argv)
     try:
         references = [plotting.parse_reference(r) for r in args.reference]
+        time_references = [plotting.parse_reference(r) for r in args.reference_time]
         paths = plotting.plot_runs(args.logdirs, args.out, labels=args.labels,
                                    smoothing=args.smooth, keys=args.keys, stats=args.stats,
-                                   episode_stats=not args.no_stats, references=references)
+                                   episode_stats=not args.no_stats, references=references,
+                                   time_references=time_references, band=args.band)
     except (FileNotFoundError, ValueError) as exc:
         print(f"plot.py: error: {exc}", file=sys.stderr)
         return 2

@@ -90,3 +90,14 @@ def test_report_renders_failed_and_missing_rungs():
 def test_unknown_environment_is_a_clean_error(capsys):
     assert cli.main(["--env=NoSuchEnv-v0", "--out_json=", "--out_md="]) == 2
     assert "NoSuchEnv-v0" in capsys.readouterr().err
+
+
+def test_quick_runs_write_into_docs_only_when_asked(tmp_path):
+    docs = os.path.join(REPO, "docs")
+    quick = cli.parser().parse_args(["--quick"])
+    assert cli.report_paths(quick) == ("", "")  # the tracked report is left alone
+    full = cli.parser().parse_args([])
+    assert cli.report_paths(full) == (os.path.join(docs, "benchmarks.json"),
+                                      os.path.join(docs, "benchmarks.md"))
+    asked = cli.parser().parse_args(["--quick", f"--out_md={tmp_path / 'q.md'}"])
+    assert cli.report_paths(asked) == ("", str(tmp_path / "q.md"))

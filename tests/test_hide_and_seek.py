@@ -31,8 +31,11 @@ def test_spaces_shared_and_observations_inside(variant):
             assert all(v.dtype == np.float32 for v in o.values())
         obs, *_ = env.step({a: env.action_space(a).sample() for a in env.agents})
     cfg = env.config
-    assert space["agents"].shape == (cfg.max_agents - 1, 13)
-    assert space["boxes"].shape == (cfg.max_boxes, 18)
+    # As released: 10 per agent, boxes 9 (+3 size in full) + 3 lock flags, ramps 9 / 15.
+    assert space["self"].shape == (10,)
+    assert space["agents"].shape == (cfg.max_agents - 1, 10)
+    assert space["boxes"].shape == (cfg.max_boxes, 12 if variant == "quadrant" else 15)
+    assert space["ramps"].shape == (cfg.max_ramps, 9 if variant == "quadrant" else 15)
     assert space["lidar"].shape == (30,)
 
 
@@ -40,8 +43,8 @@ def test_team_flags():
     env = make_env("quadrant")
     obs, _ = env.reset(seed=0)
     assert env.team_of("hider_1") == "hider" and env.team_of("seeker_0") == "seeker"
-    assert obs["hider_0"]["self"][9:11].tolist() == [1.0, 0.0]
-    assert obs["seeker_1"]["self"][9:11].tolist() == [0.0, 1.0]
+    assert obs["hider_0"]["self"][8] == 1.0 and obs["seeker_1"]["self"][8] == 0.0  # the "hider" flag
+    assert obs["hider_0"]["agents"][:, 8].tolist() == [1.0, 0.0, 0.0]  # hider_1, seeker_0, seeker_1
 
 
 def _rollout(seed, n_steps, variant="quadrant"):
@@ -104,8 +107,11 @@ def test_layouts_valid_and_reachable(variant):
         assert is_connected(free)
         pts = np.concatenate([lay.hiders, lay.seekers, lay.boxes, lay.ramps])[:, :2]
         assert np.all(np.abs(pts) < cfg.floor_size / 2)
-        gaps = np.linalg.norm(pts[:, None] - pts[None], axis=-1) + 10 * np.eye(len(pts))
-        assert gaps.min() > 2 * cfg.agent_radius
+        r = cfg.agent_radius  # footprints (all yaws are 0): no two overlap
+        half = np.concatenate([np.full((len(lay.hiders) + len(lay.seekers), 2), r), lay.box_sizes[:, :2] / 2,
+                               np.tile(np.array(cfg.ramp_size[:2]) / 2, (len(lay.ramps), 1))])
+        apart = np.abs(pts[:, None] - pts[None]) >= half[:, None] + half[None]  # [N, N, 2]
+        assert np.all(apart.any(-1) | np.eye(len(pts), dtype=bool))
         assert cfg.n_hiders[0] <= len(lay.hiders) <= cfg.n_hiders[1]
         assert cfg.n_boxes[0] <= len(lay.boxes) <= cfg.n_boxes[1]
     again = generate_layout(cfg, np.random.default_rng(3))

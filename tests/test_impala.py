@@ -139,6 +139,77 @@ def test_minibatches_hold_whole_segments():
     assert out.update_step.shape == ()
 
 
+def test_learning_rate_anneal_counts_the_optimiser_steps_taken():
+    """B=6 segments, num_minibatches=4 -> 3 minibatches per learn. Over num_updates=2
+    learn calls the linear anneal spans 2 * 3 = 6 optimiser steps: the metric is the mean
+    of lr0 * (1 - k / 6) over the steps of each call, and a third call (past the plan)
+    takes steps of size 0 and leaves the parameters where they were. Catches a horizon
+    or metric computed from the configured num_minibatches (4 -> 8 steps)."""
+    spec = EnvSpec(*SPACES["discrete"])
+    lr0 = 1e-2
+    cfg = impala.IMPALAConfig(hidden_sizes=(8,), num_minibatches=4, learning_rate=lr0)
+    fns = impala.make(cfg, spec, num_updates=2)
+    learn = jax.jit(fns.learn)
+    state = fns.init(jax.random.PRNGKey(0))
+    traj = _trajectory(fns, state, spec, B=6)
+    expected = [lr0 * np.mean([1 - k / 6 for k in steps]) for steps in ((0, 1, 2), (3, 4, 5))]
+    for i, want in enumerate(expected):
+        state, metrics = learn(state, traj, jax.random.PRNGKey(i))
+        np.testing.assert_allclose(float(metrics["learning_rate"]), want, rtol=1e-6)
+    after, metrics = learn(state, traj, jax.random.PRNGKey(9))
+    assert abs(float(metrics["learning_rate"])) < 1e-6 * lr0  # 0, up to float32 rounding
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-7), after.params,
+                 state.params)
+
+
+def _with_idle_row(traj: Trajectory, seed: int) -> Trajectory:
+    """``traj`` plus one last row of random garbage marked idle (``valid`` False)."""
+    rng = np.random.default_rng(seed)
+
+    def junk(x):
+        x = np.asarray(x)
+        if x.dtype == bool:
+            row = rng.integers(0, 2, x.shape[1:]).astype(bool)
+        elif np.issubdtype(x.dtype, np.integer):
+            row = rng.integers(0, 2, x.shape[1:]).astype(x.dtype)
+        else:
+            row = (10 * rng.normal(size=x.shape[1:])).astype(x.dtype)
+        return np.concatenate([x, row[None]])
+
+    B, T = np.shape(traj.reward)
+    valid = np.ones((B + 1, T), bool)
+    valid[B] = False
+    fields = {k: jax.tree.map(junk, v) for k, v in traj._asdict().items()
+              if k not in ("carry", "valid")}
+    return Trajectory(**fields, valid=valid)
+
+
+def test_an_all_idle_row_changes_nothing():
+    """An idle row (an agent absent from the episode) holding arbitrary values must not
+    move the update: with one minibatch, learn(B rows + idle row) equals learn(B rows)
+    (masked means = means over the B valid rows), and two different garbage contents
+    give bitwise the same result. Catches any loss, target or metric term that reads
+    the idle row (e.g. dropping the mask from the value loss or from V-trace)."""
+    spec = EnvSpec(*SPACES["discrete"])
+    cfg = impala.IMPALAConfig(hidden_sizes=(16,), num_minibatches=1, num_epochs=2,
+                              normalize_advantages=True, learning_rate=1e-2)
+    fns = impala.make(cfg, spec, num_updates=10)
+    learn = jax.jit(fns.learn)
+    state = fns.init(jax.random.PRNGKey(0))
+    traj = _trajectory(fns, state, spec, B=4, T=5)
+    ref, ref_metrics = learn(state, traj, jax.random.PRNGKey(3))
+    a, a_metrics = learn(state, _with_idle_row(traj, 1), jax.random.PRNGKey(3))
+    b, b_metrics = learn(state, _with_idle_row(traj, 2), jax.random.PRNGKey(3))
+    jax.tree.map(np.testing.assert_array_equal, a.params, b.params)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7),
+                 a.params, ref.params)
+    for key in ("loss/total", "loss/value", "rho_mean", "vtrace_target_mean", "approx_kl"):
+        np.testing.assert_allclose(float(a_metrics[key]), float(ref_metrics[key]),
+                                   rtol=1e-5, atol=1e-7, err_msg=key)
+        assert float(a_metrics[key]) == float(b_metrics[key]), key
+    np.testing.assert_allclose(float(a_metrics["valid_fraction"]), 4 / 5, rtol=1e-6)
+
+
 def test_learns_a_contextual_bandit():
     """Reward 1 for the action equal to sign(obs[0]); every step ends its episode.
     A few dozen on-policy updates must make the greedy policy right almost always."""

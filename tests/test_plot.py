@@ -187,7 +187,8 @@ def test_progress_bar_shows_steps_fps_return_version_eta(tmp_path):
     writer.close()
     writer.close()  # idempotent
     text = buf.getvalue()
-    for part in ("ppo CartPole-v1", "250/1,000 steps", "125 fps", "return 21.50", "v3", "ETA 0:06"):
+    # With team returns the bar shows them (the mean over zero-sum teams says nothing).
+    for part in ("ppo CartPole-v1", "250/1,000 steps", "125 fps", "hider 1.00", "v3", "ETA 0:06"):
         assert part in text, part
     with open(os.path.join(tmp_path, "run", "metrics.jsonl")) as f:
         assert json.loads(f.readline())["loss/total"] is None
@@ -243,3 +244,30 @@ def test_wandb_only_behind_the_flag(tmp_path, monkeypatch):
 def test_console_line_names_team_returns():
     line = metrics.console_line(RECORD)
     assert "return    21.50" in line and "hider 1.00" in line
+
+
+def test_median_band_is_the_median_and_range_of_the_runs():
+    x = np.linspace(0.0, 10.0, 11)
+    curves = [(x, x), (x, x + 1.0), (x, x + 10.0)]
+    grid, median, lo, hi = plotting.aggregate_median(curves, points=5)
+    np.testing.assert_allclose(median, grid + 1.0)  # the middle run, not the mean (+3.67)
+    np.testing.assert_allclose(lo, grid)
+    np.testing.assert_allclose(hi, grid + 10.0)
+    assert plotting.aggregate_median(curves[:1]) is None
+
+
+def test_median_band_and_time_references_draw(tmp_path):
+    dirs = []
+    for i in range(3):
+        d = tmp_path / f"s{i}"
+        d.mkdir()
+        with open(d / "metrics.jsonl", "w") as f:
+            for step in range(1, 6):
+                f.write(json.dumps({"env_steps": step * 100, "wall_time_s": step * 1.0,
+                                    "episode_return_mean": step * (i + 1.0)}) + "\n")
+        dirs.append(str(d))
+    out = plotting.plot_runs(dirs, str(tmp_path / "c.png"), labels=["ppo"] * 3, band="median",
+                             time_references=[(156.0, 3000.0, "SF")])
+    assert os.path.getsize(out[0]) > 0
+    with pytest.raises(ValueError, match="band='nope'"):
+        plotting.plot_runs(dirs, str(tmp_path / "d.png"), band="nope")

@@ -119,6 +119,28 @@ def test_ppo_loss_hand_checked():
     np.testing.assert_allclose(unclipped.policy, out.policy)
 
 
+def test_ppo_loss_kl_penalty_value_clip_range_and_mask_hand_checked():
+    kw = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, normalize_advantages=False)
+    base = ppo.ppo_loss(**HAND, **kw)
+    with_kl = ppo.ppo_loss(**HAND, **kw, kl_coef=0.1)
+    kl = ((0.5 - math.log(1.5)) + (-0.5 - math.log(0.5)) + 0.0) / 3
+    np.testing.assert_allclose(with_kl.total, base.total + 0.1 * kl, rtol=1e-5)
+    # The penalty's gradient is the KL's: d/dlogp_i [(r - 1) - log r] / N = (r_i - 1) / N.
+    g = jax.grad(lambda lp: ppo.ppo_loss(**{**HAND, "logp": lp}, **kw, kl_coef=1.0).total
+                 - ppo.ppo_loss(**{**HAND, "logp": lp}, **kw).total)(HAND["logp"])
+    np.testing.assert_allclose(g, [0.5 / 3, -0.5 / 3, 0.0], atol=1e-6)
+    # Value clip range 1.0: V - V_old = 0.5, 0, -1 all lie within it, so the clipped
+    # values equal V and the errors are the unclipped 1, 0, 1 (with 0.2 they were 1.69, 0, 3.24).
+    wide = ppo.ppo_loss(**HAND, **kw, value_clip_eps=1.0)
+    np.testing.assert_allclose(wide.value, 0.5 * (1.0 + 0.0 + 1.0) / 3, rtol=1e-6)
+    # A mask drops sample 1 from every mean.
+    masked = ppo.ppo_loss(**HAND, **kw, mask=jnp.array([True, False, True]))
+    np.testing.assert_allclose(masked.policy, -(1.2 + 2.0) / 2, rtol=1e-6)
+    np.testing.assert_allclose(masked.value, 0.5 * (1.69 + 3.24) / 2, rtol=1e-6)
+    np.testing.assert_allclose(masked.entropy, 0.6, rtol=1e-6)
+    np.testing.assert_allclose(masked.clip_fraction, 0.5, rtol=1e-6)
+
+
 def test_ppo_loss_gradient_only_through_unclipped_ratios():
     def policy_loss(logp):
         return loss(**{**HAND, "logp": logp}).policy

@@ -305,34 +305,46 @@ def test_cartpole_with_two_remote_servers_over_curve(tmp_path):
 
 
 def test_training_goes_on_when_a_remote_server_is_killed(tmp_path):
+    # No step budget to race against: the run goes on until this test has seen samples
+    # flow after the kill (however loaded the machine), then it is stopped with SIGINT.
     logdir = str(tmp_path / "run")
-    cfg = load_config(SMALL + ["--total_env_steps=14000", f"--logdir={logdir}",
+    cfg = load_config(SMALL + ["--total_env_steps=100000000", f"--logdir={logdir}",
                                "--inference_failover_s=1", "--actor_timeout_s=20"])
-    killed = {}
+    seen: dict = {}
 
-    def kill_one_when_training():
-        deadline = time.monotonic() + 120
+    def kill_one_then_stop_the_run():
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             time.sleep(0.2)
             try:
-                steps = max((r["env_steps"] for r in _records(logdir)), default=0)
+                records = _records(logdir)
             except (OSError, ValueError):
                 continue
-            servers = _servers()
-            if steps >= 2000 and len(servers) == 2:
-                killed["steps"], killed["pid"] = steps, servers[0].pid
-                os.kill(servers[0].pid, signal.SIGKILL)
-                return
+            steps = max((r["env_steps"] for r in records), default=0)
+            if "pid" not in seen:
+                servers = _servers()
+                if steps >= 2000 and len(servers) == 2:
+                    seen["steps"], seen["pid"] = steps, servers[0].pid
+                    os.kill(servers[0].pid, signal.SIGKILL)
+                continue
+            after = [r["env_steps"] for r in records if r["env_steps"] > seen["steps"]
+                     and r.get("server_restarts", 0) >= 1 and r.get("inference_failovers", 0) >= 1]
+            if len(after) >= 2 and after == sorted(after) and after[-1] > after[0]:
+                # The replacement and the actors' failover are counted; samples kept flowing.
+                seen["recovered"] = True
+                break
+        os.kill(os.getpid(), signal.SIGINT)  # train() stops cleanly and re-raises it
 
-    killer = threading.Thread(target=kill_one_when_training, daemon=True)
-    killer.start()
-    record = train(cfg)
-    killer.join(5)
-    assert killed, "the run ended before a server could be killed"
-    assert record["env_steps"] >= 14000, record
-    assert record.get("server_restarts") == 1 and record.get("inference_failovers", 0) >= 1, record
-    after = [r["env_steps"] for r in _records(logdir) if r["env_steps"] > killed["steps"]]
-    assert len(after) >= 2 and after == sorted(after)  # samples kept flowing after the kill
+    watcher = threading.Thread(target=kill_one_then_stop_the_run, daemon=True)
+    watcher.start()
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    watcher.join(5)
+    assert seen.get("pid"), "no server was killed"
+    assert seen.get("recovered"), "samples did not flow after the kill within 300 s"
+    closing = _records(logdir)[-1]
+    assert closing.get("final") and closing.get("server_restarts") == 1, closing
+    assert closing.get("inference_failovers", 0) >= 1, closing
     assert psutil.Process().children(recursive=True) == []
 
 

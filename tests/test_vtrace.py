@@ -150,3 +150,73 @@ def test_targets_carry_no_gradient():
         return out.vs.sum() + out.pg_advantage.sum()
 
     np.testing.assert_array_equal(np.asarray(jax.grad(f)(jnp.asarray(v_obs))), 0.0)
+
+
+def episode_pieces(done_column):
+    """``[(start, end), ...]`` inclusive step ranges of one column, cut after each done."""
+    pieces, start = [], 0
+    for t, d in enumerate(done_column):
+        if d or t == len(done_column) - 1:
+            pieces.append((start, t))
+            start = t + 1
+    return pieces
+
+
+@pytest.mark.parametrize("seed, lam, clip_rho, clip_pg_rho", [
+    (0, 1.0, 1.0, 1.0), (1, 0.9, 2.0, 1.5), (2, 0.6, 0.7, 0.5), (3, 1.0, 2.0, 1.5)])
+def test_vtrace_matches_rlax_per_episode_piece(seed, lam, clip_rho, clip_pg_rho):
+    """An independent reference: ``rlax.vtrace_td_error_and_advantage`` (whose trace
+    weights are ``lambda * min(1, rho)``, so ``clip_c=1``) on each episode piece of each
+    column, with the piece's own bootstrap: discount 0 after a termination,
+    ``V(final_obs)`` after a truncation, ``V(x_T)`` at the segment end. Catches traces
+    or targets that cross an episode end and truncations that bootstrap from the next
+    episode. For ``lambda < 1`` rlax's policy-gradient advantage departs from the paper's
+    (it bootstraps from ``lambda v_{s+1} + (1 - lambda) V(x_{s+1})``; ours, like eq. 4,
+    from ``v_{s+1}``, checked by the NumPy reference above), so only ``vs`` is compared."""
+    rlax = pytest.importorskip("rlax")
+    gamma = 0.95
+    data = _data(seed, T=16, B=6)
+    v_obs, v_final, r, terminated, truncated, log_rho = data
+    out = _run(*data, gamma, lambda_=lam, clip_rho=clip_rho, clip_c=1.0, clip_pg_rho=clip_pg_rho)
+    for b in range(v_obs.shape[0]):
+        for s, e in episode_pieces(terminated[b] | truncated[b]):
+            steps = slice(s, e + 1)
+            v_next = np.concatenate([v_obs[b, s + 1:e + 1],
+                                     [v_final[b, e] if truncated[b, e] else v_obs[b, e + 1]]])
+            discount = gamma * (1.0 - terminated[b, steps].astype(np.float32))
+            ref = rlax.vtrace_td_error_and_advantage(
+                jnp.asarray(v_obs[b, steps]), jnp.asarray(v_next, jnp.float32), jnp.asarray(r[b, steps]),
+                jnp.asarray(discount), jnp.exp(jnp.asarray(log_rho[b, steps])), lambda_=lam,
+                clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_pg_rho)
+            np.testing.assert_allclose(out.vs[b, steps], ref.errors + v_obs[b, steps],
+                                       rtol=1e-5, atol=1e-5)
+            if lam == 1.0:  # rlax's advantage bootstraps from lambda v_{s+1} + (1 - lambda) V(x_{s+1})
+                np.testing.assert_allclose(out.pg_advantage[b, steps], ref.pg_advantage,
+                                           rtol=1e-5, atol=1e-5)
+
+
+def test_idle_steps_contribute_nothing_to_the_targets():
+    """A column whose last steps are idle (``valid_t`` False, holding garbage): the valid
+    steps' targets are rlax's V-trace on the valid piece bootstrapped with ``v_tp1`` of
+    its last step; idle steps get ``vs = V`` and a zero advantage."""
+    rlax = pytest.importorskip("rlax")
+    T, gamma = 8, 0.9
+    rng = np.random.default_rng(5)
+    v = rng.normal(size=(T, 1)).astype(np.float32)
+    v_tp1 = rng.normal(size=(T, 1)).astype(np.float32)
+    v_tp1[:-1] = v[1:]
+    r = rng.normal(size=(T, 1)).astype(np.float32)
+    log_rho = (0.5 * rng.normal(size=(T, 1))).astype(np.float32)
+    valid = np.arange(T)[:, None] < 5
+    r[~valid] = 1e3  # garbage on idle steps
+    log_rho[~valid] = 7.0
+    discount = np.full((T, 1), gamma, np.float32)
+    out = vtrace(jnp.asarray(v), jnp.asarray(v_tp1), jnp.asarray(r), jnp.asarray(discount),
+                 jnp.zeros((T, 1), bool), jnp.asarray(log_rho), valid_t=jnp.asarray(valid))
+    ref = rlax.vtrace_td_error_and_advantage(
+        jnp.asarray(v[:5, 0]), jnp.asarray(v_tp1[:5, 0]), jnp.asarray(r[:5, 0]),
+        jnp.asarray(discount[:5, 0]), jnp.exp(jnp.asarray(log_rho[:5, 0])))
+    np.testing.assert_allclose(out.vs[:5, 0], ref.errors + v[:5, 0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out.pg_advantage[:5, 0], ref.pg_advantage, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(out.vs[5:], v[5:])
+    np.testing.assert_array_equal(out.pg_advantage[5:], 0.0)

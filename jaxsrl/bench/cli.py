@@ -33,10 +33,12 @@ def parser() -> argparse.ArgumentParser:
                "--ppo.hidden_sizes, ...) and sets the run config being measured.")
     p.add_argument("--quick", action="store_true",
                    help="tiny durations (about 1-2 s per rung) and no extra actor counts")
-    p.add_argument("--out_json", default=os.path.join(DOCS, "benchmarks.json"),
-                   help="JSON report path ('' to skip)")
-    p.add_argument("--out_md", default=os.path.join(DOCS, "benchmarks.md"),
-                   help="Markdown report path ('' to skip)")
+    p.add_argument("--out_json", default=None,
+                   help="JSON report path ('' to skip; default docs/benchmarks.json, but with "
+                        "--quick none: a quick run never overwrites the tracked report)")
+    p.add_argument("--out_md", default=None,
+                   help="Markdown report path ('' to skip; default docs/benchmarks.md, with "
+                        "--quick none)")
     p.add_argument("--max_scaling_actors", type=int, default=None,
                    help="rung 6 runs 1, 2, 4, ... up to this many actor processes "
                         "(default: 2 x cores; with --quick: the layout's count)")
@@ -53,6 +55,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default="",
                    help="keep the end-to-end runs' logdirs here (default: a temporary folder)")
     return p
+
+
+def report_paths(args: argparse.Namespace) -> tuple[str, str]:
+    """``(json_path, md_path)`` the report goes to (``""``: not written).
+
+    Without ``--out_json``/``--out_md`` a full run regenerates ``docs/benchmarks.*``;
+    a ``--quick`` run writes nothing there (its numbers are not the ones to publish),
+    only the paths given explicitly.
+    """
+    def pick(given: str | None, name: str) -> str:
+        if given is not None:
+            return given
+        return "" if args.quick else os.path.join(DOCS, name)
+
+    return pick(args.out_json, "benchmarks.json"), pick(args.out_md, "benchmarks.md")
 
 
 def options(args, cfg, cores: int) -> Options:
@@ -105,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     args, rest = parser().parse_known_args(argv)
+    out_json, out_md = report_paths(args)
     if args.from_json:
-        return rerender(args.from_json, args.out_md)
+        return rerender(args.from_json, out_md)
     t0 = time.monotonic()
     from jaxsrl.config import load_config, to_dict  # noqa: PLC0415
 
@@ -144,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             "cores: other work shared the CPU, so rates are lower and latencies higher than "
             "on an idle machine.")
     report.finalize(result)
-    report.write(result, args.out_json or None, args.out_md or None)
+    report.write(result, out_json or None, out_md or None)
     print(report.render_console(result), flush=True)
-    for path in (args.out_json, args.out_md):
+    for path in (out_json, out_md):
         if path:
             print(f"[bench] wrote {path}", flush=True)
     return 0

@@ -4,7 +4,7 @@ Each run is its own accelerator process (``python -m jaxsrl.bench.end_to_end
 '<json>'``) that resolves the config with ``jaxsrl.config.load_config`` from the same
 flags as ``train.py``, applies the benchmark's overrides (log interval, logdir, no
 step limit, and for the scaling rung ``num_actors``) and calls ``train``. The parent
-follows ``LOGDIR/metrics.jsonl``: it skips the records up to the first one with
+follows ``LOGDIR/run/metrics.jsonl`` (``LOGDIR/train.log`` beside the run folder): it skips the records up to the first one with
 frames, plus ``warmup_intervals`` more, measures frames/s between that record and the
 last one once ``measure_s`` seconds of records have arrived, then stops the run with
 SIGTERM (which ``train`` turns into a clean shutdown). Meanwhile it samples the peak
@@ -24,7 +24,8 @@ import time
 
 #: what every benchmark run overrides (and why): no early stop, so the parent decides
 #: when to stop; no periodic checkpoint inside the measured window.
-BASE_OVERRIDES = {"target_return": None, "checkpoint_interval_s": 1e9, "resume": False}
+BASE_OVERRIDES = {"target_return": None, "checkpoint_interval_s": 1e9, "resume": False,
+                  "overwrite": True}  # a kept folder of an earlier benchmark is reused
 #: the step limit is raised to this many learner updates' worth of frames: far beyond
 #: any benchmark window, yet small enough that ``num_updates`` (the horizon of
 #: learning-rate schedules, counted in int32 optimiser steps) does not overflow.
@@ -117,7 +118,8 @@ def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, me
     from jaxsrl.bench.memory import MemorySampler  # noqa: PLC0415
 
     os.makedirs(logdir, exist_ok=True)
-    overrides = {**BASE_OVERRIDES, **overrides, "logdir": logdir}
+    run_dir = os.path.join(logdir, "run")  # the run folder holds the run's files only
+    overrides = {**BASE_OVERRIDES, **overrides, "logdir": run_dir}
     log_path = os.path.join(logdir, "train.log")
     with open(log_path, "w") as log_file:
         child = procs.start_module("jaxsrl.bench.end_to_end",
@@ -134,7 +136,7 @@ def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, me
             if child.poll() is not None:
                 stopped_early = f"the training process exited with code {child.returncode}"
                 break
-            records = read_records(logdir)
+            records = read_records(run_dir)
             first = next((i for i, r in enumerate(records) if r.get("env_steps", 0) > 0), None)
             if first is not None and len(records) > first + warmup_intervals:
                 start = records[first + warmup_intervals]["wall_time_s"]
@@ -153,7 +155,7 @@ def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, me
                 child.wait()
         if sampler:
             sampler.__exit__(None, None, None)
-    records = read_records(logdir)
+    records = read_records(run_dir)
     try:
         out = summarize(records, warmup_intervals)
     except RuntimeError as exc:
@@ -164,7 +166,7 @@ def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, me
         out["note"] = stopped_early
     resolved = {}
     try:
-        with open(os.path.join(logdir, "config.json")) as f:
+        with open(os.path.join(run_dir, "config.json")) as f:
             resolved = json.load(f)
     except (OSError, json.JSONDecodeError):
         pass

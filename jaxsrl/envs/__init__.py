@@ -1,19 +1,26 @@
 """Environment registry: one place maps an ``--env`` name to how actors build it.
 
-Any Gymnasium id works (``CartPole-v1``, ...). ``ALE/<Game>-v5`` ids get the standard
-Atari preprocessing of :mod:`jaxsrl.envs.atari` (84x84x4 uint8 frames; actors train on
-clipped rewards and per-life episodes but report raw whole-game returns). Names in
-:data:`MULTI_AGENT_ENVS` are PettingZoo-style parallel environments of our own.
+Any Gymnasium id works (``CartPole-v1``, ...), and so does Gymnasium's
+``module:EnvId`` form (``corridor:Corridor-v0``): ``module`` is imported first, in every
+process that builds the env (actors included), so its ``gymnasium.register`` calls run.
+``ALE/<Game>-v5`` ids get the standard Atari preprocessing of :mod:`jaxsrl.envs.atari`
+(84x84x4 uint8 frames; actors train on clipped rewards and per-life episodes but report
+raw whole-game returns). Multi-agent games are PettingZoo-style parallel environments:
+the names in :data:`MULTI_AGENT_ENVS` (ours), or ``module:factory`` for a function of
+yours returning a ``pettingzoo.ParallelEnv`` (``docs/writing_an_agent.md``, "A custom
+environment").
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import gymnasium
 
 from jaxsrl.envs import atari
 from jaxsrl.envs.gym_vector import GymVectorEnv, single_spaces
+from jaxsrl.imports import import_module, is_reference
 
 #: multi-agent environments of jaxsrl: name -> (module, factory keyword defaults).
 MULTI_AGENT_ENVS = {
@@ -22,65 +29,118 @@ MULTI_AGENT_ENVS = {
 }
 
 
-def check_env_name(env_id: str) -> None:
-    """Raise ``ValueError`` naming ``env_id`` if it is neither ours nor a Gymnasium id."""
+def multi_agent_factory(env_id: str) -> Callable[..., Any] | None:
+    """``factory(**env_kwargs) -> ParallelEnv`` for a multi-agent ``env_id``, else ``None``
+    (a Gymnasium id). Imports the module of a ``module:...`` id.
+
+    Raises:
+      ValueError: the module of a ``module:...`` id cannot be imported.
+    """
     if env_id in MULTI_AGENT_ENVS:
+        module, defaults = MULTI_AGENT_ENVS[env_id]
+        return functools.partial(import_module(module, f"--env={env_id}").make_env, **defaults)
+    if not is_reference(env_id):
+        return None
+    module_name, _, attr = env_id.partition(":")
+    module = import_module(module_name, f"--env={env_id}")
+    if _registered(attr):  # module:EnvId, the module registered it
+        return None
+    factory = getattr(module, attr, None) if attr.isidentifier() else None
+    return factory if callable(factory) else None
+
+
+def gym_id(env_id: str) -> str:
+    """The Gymnasium id of a single-agent ``env_id`` (``module:EnvId`` -> ``EnvId``, after
+    importing ``module``)."""
+    if is_reference(env_id) and not atari.is_atari(env_id):
+        module_name, _, attr = env_id.partition(":")
+        import_module(module_name, f"--env={env_id}")
+        return attr
+    return env_id
+
+
+def _registered(env_id: str) -> bool:
+    try:
+        gymnasium.spec(env_id)
+    except Exception:  # noqa: BLE001  (gymnasium raises several kinds)
+        return False
+    return True
+
+
+def check_env_name(env_id: str) -> None:
+    """Raise ``ValueError`` naming ``env_id`` if it is neither ours, a ``module:factory``,
+    nor a (``module:``) Gymnasium id."""
+    if multi_agent_factory(env_id) is not None:
         return
     if atari.is_atari(env_id):
         atari.register()  # ValueError if ale-py is missing
-    try:
-        gymnasium.spec(env_id)
-    except Exception:
+    if not _registered(gym_id(env_id)):
         ours = ", ".join(sorted(MULTI_AGENT_ENVS))
-        raise ValueError(f"unknown environment {env_id!r}: not a registered Gymnasium id "
-                         f"and not one of jaxsrl's ({ours})") from None
+        extra = (f": module {env_id.partition(':')[0]!r} registered no Gymnasium id "
+                 f"{gym_id(env_id)!r} and has no callable of that name" if is_reference(env_id) else
+                 f": not a registered Gymnasium id, not module:EnvId or module:factory, "
+                 f"and not one of jaxsrl's ({ours})")
+        raise ValueError(f"unknown environment {env_id!r}{extra}")
 
 
 def make_actor_env(env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None) -> Any:
     """Build the group of ``num_envs`` environments that one actor ring slot steps."""
     check_env_name(env_id)
-    if env_id in MULTI_AGENT_ENVS:
+    factory = multi_agent_factory(env_id)
+    if factory is not None:
         from jaxsrl.envs.multi_agent import MultiAgentVectorEnv  # noqa: PLC0415
-        module, defaults = MULTI_AGENT_ENVS[env_id]
-        return MultiAgentVectorEnv(module, {**defaults, **(env_kwargs or {})}, num_envs, seed)
+        return MultiAgentVectorEnv(factory, dict(env_kwargs or {}), num_envs, seed)
     if atari.is_atari(env_id):
         return GymVectorEnv(env_id, num_envs, seed, env_fn=atari.env_fn(env_id, env_kwargs),
                             episodes_from_info=True)
-    return GymVectorEnv(env_id, num_envs, seed, env_kwargs)
+    return GymVectorEnv(gym_id(env_id), num_envs, seed, env_kwargs)
 
 
 def make_env(env_id: str, env_kwargs: dict | None = None, render_mode: str | None = None) -> Any:
-    """One single-agent Gymnasium env for evaluation (Atari: full games, raw rewards)."""
+    """One environment for evaluation: a Gymnasium env (Atari: full games, raw rewards)
+    or, for a multi-agent ``env_id``, a PettingZoo ``ParallelEnv``."""
     check_env_name(env_id)
-    if env_id in MULTI_AGENT_ENVS:
-        raise ValueError(f"{env_id!r} is multi-agent: use its module's make_env")
+    factory = multi_agent_factory(env_id)
+    if factory is not None:
+        return factory(**(env_kwargs or {}), **({"render_mode": render_mode} if render_mode else {}))
     if atari.is_atari(env_id):
         return atari.make_env(env_id, env_kwargs, training=False, render_mode=render_mode)
-    return gymnasium.make(env_id, render_mode=render_mode, **(env_kwargs or {}))
+    return gymnasium.make(gym_id(env_id), render_mode=render_mode, **(env_kwargs or {}))
 
 
-def _make_multi_agent(env_id: str, env_kwargs: dict | None) -> Any:
-    import importlib  # noqa: PLC0415
-    module, defaults = MULTI_AGENT_ENVS[env_id]
-    return importlib.import_module(module).make_env(**{**defaults, **(env_kwargs or {})})
+def is_multi_agent(env_id: str) -> bool:
+    """Whether ``env_id`` is a multi-agent (PettingZoo parallel) environment."""
+    return multi_agent_factory(env_id) is not None
 
 
 def env_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[Any, Any]:
     """Per-agent ``(observation_space, action_space)`` of ``env_id``."""
     check_env_name(env_id)
-    if env_id in MULTI_AGENT_ENVS:
-        env = _make_multi_agent(env_id, env_kwargs)
+    factory = multi_agent_factory(env_id)
+    if factory is not None:
+        env = factory(**(env_kwargs or {}))
         agent = env.possible_agents[0]
         return env.observation_space(agent), env.action_space(agent)
     if atari.is_atari(env_id):
         return atari.spaces(env_id, env_kwargs)
-    return single_spaces(env_id, env_kwargs)
+    return single_spaces(gym_id(env_id), env_kwargs)
+
+
+def env_has_idle_rows(env_id: str) -> bool:
+    """Whether ``env_id``'s actor groups report per-row validity (``StepResult.valid``):
+    True for the multi-agent environments (agents may be absent from an episode), whose
+    segments then carry ``valid`` flags; single-agent traffic carries none."""
+    check_env_name(env_id)
+    return env_id in MULTI_AGENT_ENVS
 
 
 def env_teams(env_id: str, env_kwargs: dict | None = None) -> list:
-    """Team of each agent of one environment (``[None]`` for single-agent envs)."""
+    """Team of each agent of one environment (``[None]`` for single-agent envs; ``""``
+    for the agents of a multi-agent env without ``team_of``)."""
     check_env_name(env_id)
-    if env_id in MULTI_AGENT_ENVS:
-        env = _make_multi_agent(env_id, env_kwargs)
-        return [env.team_of(a) for a in env.possible_agents]
+    factory = multi_agent_factory(env_id)
+    if factory is not None:
+        env = factory(**(env_kwargs or {}))
+        team_of = getattr(env, "team_of", lambda _: "")
+        return [team_of(a) for a in env.possible_agents]
     return [None]

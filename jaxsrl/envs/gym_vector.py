@@ -29,6 +29,9 @@ class StepResult(NamedTuple):
         (zeros elsewhere), for bootstrapping.
       episodes: one dict per finished episode: ``{"return": float, "length": int}``
         plus optional extra statistics (``"team"``, ``"stats/..."``).
+      valid: ``[rows]`` bool, the row's agent took part in this step (False: an idle
+        row of an agent absent from the episode), or ``None`` for groups whose rows are
+        never idle (single-agent groups; see ``has_idle_rows``).
     """
 
     obs: dict
@@ -37,15 +40,27 @@ class StepResult(NamedTuple):
     truncated: np.ndarray
     final_obs: dict
     episodes: list
+    valid: np.ndarray | None = None
+
+
+def _stack(observations: list):
+    """Per-env observations (arrays, or dicts of them) -> one batch, ``[num_envs, ...]``."""
+    first = observations[0]
+    if isinstance(first, dict):
+        return {k: _stack([o[k] for o in observations]) for k in first}
+    return np.stack(observations)
 
 
 class GymVectorEnv:
-    """``num_envs`` copies of one Gymnasium environment, stepped synchronously.
+    """``num_envs`` copies of one Gymnasium environment, stepped one after the other.
 
-    Uses ``gymnasium.make_vec(..., vectorization_mode="sync")`` with the SAME_STEP
-    autoreset mode, so an ended episode's final observation arrives with the step
-    that ended it (``info["final_obs"]``) and the returned observation already
-    belongs to the next episode.
+    A plain loop over the environments with same-step autoreset: an ended episode's
+    final observation arrives with the step that ended it, and the returned observation
+    already belongs to the next episode (Gymnasium's ``AutoresetMode.SAME_STEP``). The
+    loop replaces ``gymnasium.vector.SyncVectorEnv``, whose per-step merging of every
+    env's ``info`` dict cost about 20% of a HalfCheetah step (measured: 75 vs 95 us per
+    env step, 8 envs); environments are made with ``disable_env_checker=True`` (the
+    checker only inspects the first calls but stays a wrapper layer on every step).
 
     Args:
       env_id: a registered Gymnasium id, e.g. ``"CartPole-v1"``.
@@ -65,17 +80,13 @@ class GymVectorEnv:
     def __init__(self, env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None,
                  env_fn: Callable[[], gymnasium.Env] | None = None,
                  episodes_from_info: bool = False):
-        same_step = gymnasium.vector.AutoresetMode.SAME_STEP
-        if env_fn is not None:
-            self.env = gymnasium.vector.SyncVectorEnv([env_fn] * num_envs, autoreset_mode=same_step)
-        else:
-            self.env = gymnasium.make_vec(
-                env_id, num_envs=num_envs, vectorization_mode="sync",
-                vector_kwargs={"autoreset_mode": same_step}, **(env_kwargs or {}))
+        make = env_fn or (lambda: gymnasium.make(env_id, disable_env_checker=True,
+                                                 **(env_kwargs or {})))
+        self.envs = [make() for _ in range(num_envs)]
         self._episodes_from_info = episodes_from_info
         self.num_rows = num_envs
-        self.observation_space = self.env.single_observation_space
-        self.action_space = self.env.single_action_space
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
         self._seed = seed
         self._returns = np.zeros(num_envs, np.float64)
         self._lengths = np.zeros(num_envs, np.int64)
@@ -86,10 +97,10 @@ class GymVectorEnv:
 
     def reset(self) -> dict:
         """Reset every environment; returns name -> ``[rows, ...]`` observations."""
-        obs, _ = self.env.reset(seed=self._seed)
+        obs = [env.reset(seed=self._seed + i)[0] for i, env in enumerate(self.envs)]
         self._returns[:] = 0
         self._lengths[:] = 0
-        return flatten_obs(obs)
+        return flatten_obs(_stack(obs))
 
     def step(self, action: np.ndarray) -> StepResult:
         """Step every environment with ``action`` (``[rows, ...]``, the wire dtype).
@@ -99,32 +110,39 @@ class GymVectorEnv:
         """
         if self._low is not None:
             action = np.clip(action, self._low, self._high)
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        reward = np.asarray(reward, np.float32)
-        terminated = np.asarray(terminated, bool)
-        truncated = np.asarray(truncated, bool) & ~terminated
-        flat = flatten_obs(obs)
-        final = {k: np.zeros_like(v) for k, v in flat.items()}
-        done = terminated | truncated
+        n = self.num_rows
+        reward = np.zeros(n, np.float32)
+        terminated = np.zeros(n, bool)
+        truncated = np.zeros(n, bool)
+        observations, finals, episodes = [], {}, []
+        for i, env in enumerate(self.envs):
+            obs, r, term, trunc, info = env.step(action[i])
+            reward[i], terminated[i], truncated[i] = r, term, trunc and not term
+            if term or trunc:
+                if not self._episodes_from_info:
+                    episodes.append({"return": float(self._returns[i] + reward[i]),
+                                     "length": int(self._lengths[i] + 1)})
+                elif "raw_episode" in info:  # a whole game ended (not one life)
+                    raw = info["raw_episode"]
+                    episodes.append({"return": float(raw["r"]), "length": int(raw["l"])})
+                if truncated[i]:
+                    finals[i] = obs
+                obs, _ = env.reset()
+                self._returns[i] = -reward[i]  # zero after the += below
+                self._lengths[i] = -1
+            observations.append(obs)
         self._returns += reward
         self._lengths += 1
-        episodes = []
-        if done.any():
-            raw = info.get("final_info", {}).get("raw_episode") if self._episodes_from_info else None
-            for i in np.flatnonzero(done):
-                if not self._episodes_from_info:
-                    episodes.append({"return": float(self._returns[i]), "length": int(self._lengths[i])})
-                elif raw is not None and raw["_r"][i]:  # a whole game ended (not one life)
-                    episodes.append({"return": float(raw["r"][i]), "length": int(raw["l"][i])})
-                if truncated[i]:
-                    for k, v in flatten_obs(info["final_obs"][i]).items():
-                        final[k][i] = v
-            self._returns[done] = 0
-            self._lengths[done] = 0
+        flat = flatten_obs(_stack(observations))
+        final = {k: np.zeros_like(v) for k, v in flat.items()}
+        for i, obs in finals.items():
+            for k, v in flatten_obs(obs).items():
+                final[k][i] = v
         return StepResult(flat, reward, terminated, truncated, final, episodes)
 
     def close(self) -> None:
-        self.env.close()
+        for env in self.envs:
+            env.close()
 
 
 def single_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[Any, Any]:

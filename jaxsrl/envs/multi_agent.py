@@ -3,8 +3,10 @@
 Rows are environment-major: row ``e * A + a`` is agent ``a`` of environment ``e``
 (``A = len(possible_agents)`` rows per environment, each agent with the same
 observation and action space so one policy can serve any of them). An agent absent
-from an episode (variable team sizes) has an idle row: zero observations and reward. The environment
-module must expose ``make_env(**kwargs)`` returning a ``pettingzoo.ParallelEnv`` with
+from an episode (variable team sizes) has an idle row: zero observations and reward,
+and ``StepResult.valid`` False for each of its steps, so learners can mask it out
+(``Trajectory.valid``). The environment comes from a factory (or a module exposing
+``make_env(**kwargs)``) returning a ``pettingzoo.ParallelEnv``, optionally with
 ``team_of(agent) -> str``; episode statistics found in ``info["episode_stats"]`` at the
 end of an episode are reported with each agent's episode. Imports no JAX.
 """
@@ -12,6 +14,7 @@ end of an episode are reported with each agent's episode. Imports no JAX.
 from __future__ import annotations
 
 import importlib
+from typing import Any, Callable
 
 import numpy as np
 
@@ -23,18 +26,22 @@ class MultiAgentVectorEnv:
     """``num_envs`` copies of a parallel multi-agent environment.
 
     Args:
-      module: module exposing ``make_env(**kwargs)``.
-      kwargs: keyword arguments for ``make_env``.
+      module: ``factory(**kwargs) -> ParallelEnv``, or the name of a module exposing
+        ``make_env(**kwargs)``.
+      kwargs: keyword arguments for the factory.
       num_envs: environments in this group.
       seed: env ``i`` is seeded ``seed + i`` at its first reset.
 
     Attributes:
       num_envs, num_rows: environments, and rows (``num_envs * agents_per_env``).
       row_agent, row_team: agent name and team of each row.
+      has_idle_rows: True: every ``StepResult`` carries ``valid`` (rows of absent agents).
     """
 
-    def __init__(self, module: str, kwargs: dict, num_envs: int, seed: int):
-        make_env = importlib.import_module(module).make_env
+    has_idle_rows = True
+
+    def __init__(self, module: str | Callable[..., Any], kwargs: dict, num_envs: int, seed: int):
+        make_env = importlib.import_module(module).make_env if isinstance(module, str) else module
         self.envs = [make_env(**kwargs) for _ in range(num_envs)]
         env0 = self.envs[0]
         self.agents = list(env0.possible_agents)
@@ -75,6 +82,7 @@ class MultiAgentVectorEnv:
         reward = np.zeros(self.num_rows, np.float32)
         terminated = np.zeros(self.num_rows, bool)
         truncated = np.zeros(self.num_rows, bool)
+        valid = np.zeros(self.num_rows, bool)  # the row's agent acts in this step
         final = None
         episodes = []
         for e, env in enumerate(self.envs):
@@ -83,6 +91,7 @@ class MultiAgentVectorEnv:
             obs, rew, term, trunc, infos = env.step(acts)
             for a, agent in enumerate(self.agents):
                 if agent in present:
+                    valid[e * A + a] = True
                     reward[e * A + a] = rew[agent]
                     terminated[e * A + a] = term[agent]
                     truncated[e * A + a] = trunc[agent] and not term[agent]
@@ -110,7 +119,7 @@ class MultiAgentVectorEnv:
         if final is None:
             final = {k: np.zeros_like(v) for k, v in self._obs.items()}
         return StepResult({k: v.copy() for k, v in self._obs.items()}, reward, terminated,
-                          truncated, final, episodes)
+                          truncated, final, episodes, valid)
 
     def close(self) -> None:
         for env in self.envs:

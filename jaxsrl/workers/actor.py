@@ -17,7 +17,9 @@ Messages (see ``docs/architecture.md``):
   <- inference: ``action`` meta {group, version}; arrays action [n, ...], logp [n], carry/i...
   -> samples:   ``segment`` meta {actor, run, group, env_steps, episodes, timing, failovers};
                 arrays obs... [n, T+1, ...], final_obs... [n, T, ...], action, reward,
-                terminated, truncated, logp, version [n, T], carry/i... [n, ...]
+                terminated, truncated, logp, version [n, T], carry/i... [n, ...], and
+                valid [n, T] (False on idle steps) from groups whose rows can be idle
+                (``env.has_idle_rows``: multi-agent groups; single-agent ones send none)
 
 Run as ``python -m jaxsrl.workers.actor '<json spec>'`` (the launcher does this).
 While a segment waits for room in the learner's queue (backpressure), the actor sends
@@ -78,9 +80,13 @@ class LearnerTimeout(TimeoutError):
 
 
 class SegmentBuffer:
-    """Preallocated ``[rows, T(+1), ...]`` buffers for one stream's current segment."""
+    """Preallocated ``[rows, T(+1), ...]`` buffers for one stream's current segment.
 
-    def __init__(self, first_obs: dict, T: int, action_dtype: str, action_shape: tuple, carry: dict):
+    With ``with_valid`` it also keeps ``valid`` ``[rows, T]`` bool per-step validity
+    flags (``StepResult.valid``), sent as the segment's ``valid`` array."""
+
+    def __init__(self, first_obs: dict, T: int, action_dtype: str, action_shape: tuple, carry: dict,
+                 with_valid: bool = False):
         rows = len(next(iter(first_obs.values())))
         self.T, self.t = T, 0
         self.obs = {k: np.zeros((rows, T + 1) + v.shape[1:], v.dtype) for k, v in first_obs.items()}
@@ -91,6 +97,7 @@ class SegmentBuffer:
         self.truncated = np.zeros((rows, T), bool)
         self.logp = np.zeros((rows, T), np.float32)
         self.version = np.zeros((rows, T), np.int32)
+        self.valid = np.ones((rows, T), bool) if with_valid else None
         self.carry = {k: np.zeros_like(v) for k, v in carry.items()}
         self.episodes: list = []
         self.start(first_obs, carry)
@@ -103,9 +110,12 @@ class SegmentBuffer:
         for k, v in carry.items():
             self.carry[k][:] = v
 
-    def record(self, action, logp, version: int, reward, terminated, truncated, obs, final_obs) -> bool:
+    def record(self, action, logp, version: int, reward, terminated, truncated, obs, final_obs,
+               valid=None) -> bool:
         """Store one step; returns True when the segment is full."""
         t = self.t
+        if self.valid is not None:
+            self.valid[:, t] = valid
         self.action[:, t] = action
         self.logp[:, t] = logp
         self.version[:, t] = version
@@ -124,6 +134,8 @@ class SegmentBuffer:
         out.update({"final_" + k: v for k, v in self.final_obs.items()})
         out.update(action=self.action, reward=self.reward, terminated=self.terminated,
                    truncated=self.truncated, logp=self.logp, version=self.version)
+        if self.valid is not None:
+            out["valid"] = self.valid
         out.update(self.carry)
         return out
 
@@ -205,7 +217,8 @@ class Group:
             self.obs = env.reset()
         except Exception as exc:
             raise EnvError(f"environment reset raised {type(exc).__name__}: {exc}") from exc
-        self.buffers = [SegmentBuffer(self._slice(self.obs, r), T, action[0], action[1], c)
+        with_valid = bool(getattr(env, "has_idle_rows", False))  # rows of absent agents
+        self.buffers = [SegmentBuffer(self._slice(self.obs, r), T, action[0], action[1], c, with_valid)
                         for r, c in zip(self.rows, self.carry)]
 
     @staticmethod
@@ -392,7 +405,8 @@ class Actor:
             buf = group.buffers[i]
             if buf.record(group.action[rows], group.logp[rows], group.version[i], step.reward[rows],
                           step.terminated[rows], step.truncated[rows], Group._slice(step.obs, rows),
-                          Group._slice(step.final_obs, rows)):
+                          Group._slice(step.final_obs, rows),
+                          None if step.valid is None else step.valid[rows]):
                 full.append(i)
         for i in range(len(self.streams)):
             group.buffers[i].episodes.extend(step.episodes if i == 0 else ())

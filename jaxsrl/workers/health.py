@@ -7,7 +7,8 @@
   dropped, so a restarted actor's half-finished state is never mixed with its new
   one) and record the time of each valid one (the launcher's hang detection).
 * :class:`DropLog` — rate-limited "dropped a malformed message" warnings, so a flood of
-  hostile messages cannot flood the log (every drop is still counted in metrics).
+  hostile messages cannot flood the log (every drop is still counted in metrics); the
+  expected drops of a restarted actor's previous run are logged as such, not as malformed.
 * :func:`nonfinite_arrays` — names of float arrays holding NaN or Inf.
 
 This module imports no JAX.
@@ -112,6 +113,10 @@ class DropLog:
             self._next = now + self._interval
             suppressed, self._suppressed = self._suppressed, 0
         more = f" ({suppressed} more dropped since the last such line)" if suppressed else ""
+        if isinstance(reason, StaleRunError):  # expected for a moment after an actor restart
+            self._log.info("%s: dropped a %s of an actor's previous run (expected after a "
+                           "restart): %s%s", worker, self._what, reason, more)
+            return
         self._log.warning("%s: dropped a malformed %s: %s%s", worker, self._what, reason, more)
 
 

@@ -227,7 +227,7 @@ class LearnerGroup:
 
         cfg = self.cfg
         distributed.put_json("run", {
-            "agent": cfg.agent, "agent_config": config_lib.to_dict(cfg)[cfg.agent],
+            "agent": cfg.agent, "agent_config": config_lib.to_dict(cfg)[cfg.agent_field],
             "env": cfg.env, "env_kwargs": cfg.env_kwargs or {}, "num_updates": num_updates,
             "segment_length": cfg.segment_length, "batch_segments": cfg.batch_segments // self.n,
             "max_staleness": cfg.max_staleness, "on_nonfinite": cfg.on_nonfinite,
@@ -424,7 +424,7 @@ def run(spec: dict, stop: threading.Event) -> None:
     from agents import get_agent  # noqa: PLC0415
     from jaxsrl import devices  # noqa: PLC0415
     from jaxsrl.agent import EnvSpec  # noqa: PLC0415
-    from jaxsrl.envs import env_spaces  # noqa: PLC0415
+    from jaxsrl.envs import env_has_idle_rows, env_spaces  # noqa: PLC0415
     from jaxsrl.evaluation import agent_config_from_dict  # noqa: PLC0415
     from jaxsrl.params import ParameterStore  # noqa: PLC0415
     from jaxsrl.workers.trainer import TrainerWorker  # noqa: PLC0415
@@ -455,7 +455,8 @@ def run(spec: dict, stop: threading.Event) -> None:
         job["batch_segments"], ParameterStore(), relay, None, job["max_staleness"],
         spec.get("host") or route_host(spec["coordinator_address"]), fns.initial_carry,
         max_rows=job["max_rows"], on_nonfinite=job["on_nonfinite"],
-        before_update=distributed.Lockstep(job["policy"], timeout_s=timeout_s, payload=relay.drain))
+        before_update=distributed.Lockstep(job["policy"], timeout_s=timeout_s, payload=relay.drain),
+        idle_rows=env_has_idle_rows(job["env"]))
     thread = threading.Thread(target=trainer.run, name=trainer.name, daemon=True)
     thread.start()
     trainer.ready.wait()

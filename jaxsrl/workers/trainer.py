@@ -1,11 +1,17 @@
 """Trainer worker (learner): turns trajectory segments into new parameters.
 
 Runs as a thread of the accelerator process. It binds a ZeroMQ PULL socket for the
-sample stream, validates each ``segment`` message, drops samples older than
-``max_staleness`` versions, assembles ``batch_segments`` rows into a
+sample stream, validates each ``segment`` message, assembles ``batch_segments`` rows into a
 :class:`~jaxsrl.agent.Trajectory`, runs the jitted ``learn`` over the local devices,
 bumps the policy version and publishes the new parameters on device. Between
 updates it saves checkpoints when asked.
+
+Staleness: with ``max_staleness`` = k > 0, no update learns from an action more than k
+versions older than the parameters it updates. The rule is applied when a batch is
+assembled (rows left over from one batch wait while later updates bump the version):
+each pending row whose oldest action is more than k versions behind is dropped
+(``stale_rows_dropped``); a segment already that stale on arrival is dropped whole
+(``stale_segments_dropped``).
 
 Faults it guards against (each counted in the run metrics):
 
@@ -59,8 +65,13 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
-def segment_schema(observation_space, action_space, T: int, carry: CarryCodec | None = None) -> dict:
-    """Wire schema of a ``segment`` message with ``T`` steps (rows left free)."""
+def segment_schema(observation_space, action_space, T: int, carry: CarryCodec | None = None,
+                   idle_rows: bool = False) -> dict:
+    """Wire schema of a ``segment`` message with ``T`` steps (rows left free).
+
+    With ``idle_rows`` (environments whose rows may belong to absent agents,
+    ``jaxsrl.envs.env_has_idle_rows``) it includes ``valid`` ``[rows, T]`` bool, False on
+    idle steps; otherwise segments carry no such array (every step is valid)."""
     adtype, ashape = action_leaf(action_space)
     schema = obs_schema(observation_space, lead=(None, T + 1))
     schema.update(obs_schema(observation_space, prefix="final_obs", lead=(None, T)))
@@ -68,6 +79,8 @@ def segment_schema(observation_space, action_space, T: int, carry: CarryCodec | 
     schema.update(action=S(adtype, (None, T) + ashape), reward=S("float32", (None, T)),
                   terminated=S("bool", (None, T)), truncated=S("bool", (None, T)),
                   logp=S("float32", (None, T)), version=S("int32", (None, T)))
+    if idle_rows:
+        schema.update(valid=S("bool", (None, T)))
     if carry is not None:
         schema.update(carry.schema())
     return schema
@@ -89,10 +102,13 @@ class TrainerWorker:
       batch_segments: rows (segments) per ``learn`` call.
       store, metrics: shared with the policy workers and the launcher.
       checkpointer: where to save, or ``None``.
-      max_staleness: drop a segment whose oldest action is more than this many
-        versions behind the learner (0 keeps everything).
+      max_staleness: no update uses a row whose oldest action is more than this many
+        versions behind the learner; checked when the batch is assembled (0 keeps
+        everything).
       host: interface to bind.
       initial_carry: the agent's ``initial_carry`` (describes carry arrays in segments).
+      idle_rows: segments carry per-step validity flags (``valid`` ``[rows, T]`` bool),
+        passed on as ``Trajectory.valid``; without, ``Trajectory.valid`` is ``None``.
       actors: the run's actor table; segments whose ids it does not accept are dropped
         (``None``: any integer ids are accepted).
       max_rows: most rows one segment may have (``None``: limited by the wire cap only).
@@ -113,7 +129,8 @@ class TrainerWorker:
                  actors: ActorTable | None = None, max_rows: int | None = None,
                  on_nonfinite: str = "drop", context: zmq.Context | None = None,
                  curve: tuple | None = None,
-                 before_update: Callable[[threading.Event], bool] | None = None):
+                 before_update: Callable[[threading.Event], bool] | None = None,
+                 idle_rows: bool = False):
         if on_nonfinite not in ("drop", "raise"):
             raise ValueError(f"on_nonfinite={on_nonfinite!r} must be 'drop' or 'raise'")
         self.name, self.policy = name, policy
@@ -123,7 +140,8 @@ class TrainerWorker:
         self._learn, self._put_batch = learn, put_batch
         self.state, self.rng, self.version = state, rng, version
         self._carry = CarryCodec(initial_carry)
-        self._schema = segment_schema(observation_space, action_space, segment_length, self._carry)
+        self._schema = segment_schema(observation_space, action_space, segment_length, self._carry,
+                                      idle_rows)
         self._obs_names = list(space_leaves(observation_space))
         self.batch_segments = batch_segments
         self.T = segment_length
@@ -136,7 +154,7 @@ class TrainerWorker:
             self.max_bytes = max(1, max_rows * sum(row_bytes.values()))
             self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, max_rows * max(row_bytes.values()))
         self._float_names = [k for k in self._schema if not k.startswith("carry/")
-                             and k not in ("action", "terminated", "truncated", "version")]
+                             and k not in ("action", "terminated", "truncated", "version", "valid")]
         self._episode_keys: set = set()
         self._finite = jax.jit(_all_finite)
         self.store, self.metrics, self.checkpointer = store, metrics, checkpointer
@@ -168,7 +186,7 @@ class TrainerWorker:
             truncated=host["truncated"],
             final_obs=unflatten_obs({k: host["final_" + k] for k in self._obs_names}),
             behaviour_logp=host["logp"], policy_version=host["version"],
-            carry=self._carry.to_tree(host))
+            carry=self._carry.to_tree(host), valid=host.get("valid"))
 
     def warmup(self) -> None:
         """Compile ``learn`` for the batch shape before any sample arrives."""
@@ -197,7 +215,7 @@ class TrainerWorker:
                         self.save_checkpoint()
                     if sock.poll(100):
                         self._receive(sock.recv_multipart(copy=False))
-                        while self._pending_rows >= self.batch_segments and not self.stop.is_set():
+                        while self._batch_ready() and not self.stop.is_set():
                             if self._before_update is not None and not self._before_update(self.stop):
                                 self.stop.set()
                                 break
@@ -295,6 +313,19 @@ class TrainerWorker:
             return
         self._pending.append(msg.arrays)
         self._pending_rows += len(msg.arrays["reward"])
+
+    def _batch_ready(self) -> bool:
+        """Drop pending rows too stale for the next update; is a whole batch left?"""
+        if self.max_staleness and self._pending:
+            oldest = np.concatenate([p["version"].min(axis=1) for p in self._pending])  # [rows]
+            keep = self.version - oldest <= self.max_staleness
+            if not keep.all():
+                joined = {k: np.concatenate([p[k] for p in self._pending])[keep]
+                          for k in self._pending[0]}
+                self.metrics.count("stale_rows_dropped", int((~keep).sum()))
+                self._pending = [joined] if keep.any() else []
+                self._pending_rows = int(keep.sum())
+        return self._pending_rows >= self.batch_segments
 
     def _take_batch(self) -> dict:
         B = self.batch_segments

@@ -10,8 +10,9 @@ space (a ``Dict`` of float32 ``Box``es, see ``observations.py``) and the action 
 
 One ``step`` = 15 MuJoCo steps of 0.005 s. Rewards: after the preparation phase
 hiders get +1 when no hider is seen by any seeker and -1 otherwise, seekers the
-opposite; nothing during preparation; ``-boundary_penalty`` every step an agent is
-outside the floor square. At the horizon every agent is truncated (never
+opposite; nothing during preparation. After it, an agent whose centre is outside the
+bounds square gets ``-boundary_penalty`` instead, and in the quadrant game every agent
+does while any box or ramp is outside (mae:limit_mvmnt.py:37-55). At the horizon every agent is truncated (never
 terminated) and its info carries ``"episode_stats"`` (see ``stats.py``); call
 ``reset`` to start again.
 """
@@ -99,6 +100,16 @@ class HideAndSeekEnv(ParallelEnv):
         (x, y, z, yaw) of hiders, seekers, boxes, ramps."""
         return self._data
 
+    @property
+    def held(self) -> np.ndarray:
+        """``[A]`` object (boxes then ramps) each agent of the episode holds, -1 for none."""
+        return self._manip.held.copy()
+
+    @property
+    def lock_team(self) -> np.ndarray:
+        """``[O]`` team that holds each object locked: -1 unlocked, 0 hiders, 1 seekers."""
+        return self._manip.lock_team
+
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start an episode. ``options={"layout": Layout}`` replaces the random layout.
 
@@ -140,15 +151,15 @@ class HideAndSeekEnv(ParallelEnv):
 
         obs = self._observe()
         q = self._qpos
-        h = cfg.floor_size / 2
         any_seen = bool(self._visible[idx.n_hiders :, : idx.n_hiders].any())
         team_r = 0.0 if in_prep else (-1.0 if any_seen else 1.0)
         rew = np.where(self._team == HIDER, team_r, -team_r)
-        out = (np.abs(q[:a, 0]) > h) | (np.abs(q[:a, 1]) > h)
-        rew = rew - cfg.boundary_penalty * out
-        if cfg.object_boundary_penalty > 0 and idx.n_objects:
-            n_obj_out = int(np.sum((np.abs(q[a:, 0]) > h) | (np.abs(q[a:, 1]) > h)))
-            rew = rew - cfg.object_boundary_penalty * n_obj_out
+        hb = cfg.bounds_size / 2
+        out = np.any(np.abs(q[:a, :2]) > hb, axis=1)  # [A]
+        if not in_prep:  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
+            if cfg.penalize_objects_out and np.any(np.abs(q[a:, :2]) > hb):
+                rew[:] = -cfg.boundary_penalty
+            rew[out] = -cfg.boundary_penalty
         m = self._manip
         self._stats.record(q, m.lock_team, m.held, self._team, any_seen, in_prep, team_r, int(out.sum()))
 
@@ -204,8 +215,8 @@ class HideAndSeekEnv(ParallelEnv):
         self._qpos = q
         self._qvel = data.qvel[: DOFS_PER_BODY * len(idx.body)].reshape(-1, DOFS_PER_BODY)
         self._vision = Vision(cfg, model, idx)
-        self._manip = Manipulation(cfg, model, data, idx)
-        self._builder = ObservationBuilder(cfg, idx, layout.box_sizes, cfg.ramp_size)
+        self._manip = Manipulation(cfg, model, data, idx, layout.box_sizes, self._rng)
+        self._builder = ObservationBuilder(cfg, idx, layout.box_sizes, z)
         self._team = self._manip.team
         self.agents = [f"hider_{i}" for i in range(idx.n_hiders)] + [f"seeker_{i}" for i in range(idx.n_seekers)]
         self._t = 0
@@ -215,7 +226,9 @@ class HideAndSeekEnv(ParallelEnv):
     def _observe(self) -> dict[str, dict[str, np.ndarray]]:
         self._visible, lidar = self._vision.sense(self._data)
         m = self._manip
-        batch = self._builder.build(self._qpos, self._qvel, self._visible, lidar, m.lock_team, m.held, self._t)
+        batch = self._builder.build(
+            self._qpos, self._qvel, self._visible, lidar, m.locked, m.which_locked, m.held, self._t
+        )
         items = list(batch.items())
         return {name: {k: v[i] for k, v in items} for i, name in enumerate(self.agents)}
 

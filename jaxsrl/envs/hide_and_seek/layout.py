@@ -1,17 +1,25 @@
 """Seeded arena layouts: walls with doors, and start poses of agents, boxes and ramps.
 
-A :class:`Layout` is plain data (NumPy arrays in metres and radians). Generators:
+A :class:`Layout` is plain data (NumPy arrays in metres and radians). Walls sit on
+the centres of the original's 30-cell placement grid of 0.2 m (mae:envs/base.py:68-70;
+our frame: floor centred on the origin, cell ``i`` at x = -3 + 0.2 (i + 0.5), the
+original's y mirrored, so its corner room is our (+x, +y) corner).
 
-- ``quadrant``: outer walls around a square floor and a room in the (+x, +y) corner
-  whose two inner walls each carry a door; doors close at random (``door_dropout``)
-  but at least one stays open.
-- ``full``: the floor is split recursively (axis-aligned cuts) into up to
-  ``n_rooms`` rooms; every cut wall carries one or two doors, at least one open.
+- ``quadrant`` (mae:walls.py:386-405): 4 m outer walls on cells 0 and 29 (inner faces
+  at +-2.85 m) and a room behind two 0.5 m walls on cell 15. With probability
+  ``door_dropout`` only one of the two walls (drawn at random) gets a 2-cell door, else
+  both do. Boxes spawn inside the room, seekers outside it, hiders and the ramp anywhere
+  (mae:hide_and_seek.py:191-216, 296-299; Q.jsonnet:26).
+- ``full``: outer walls with probability ``p_outer_walls``; ``n_rooms`` (1-4) rooms made
+  by random perpendicular walls on the grid, each more than ``min_room_size`` from the
+  walls already leaving the wall it starts from, one ``door_cells`` door per inner wall,
+  no dropout (mae:walls.py:126-204, 320-355; see ``rooms.py``). Teammates spawn within
+  ``teammate_radius`` (rounded up to cells, per axis) of their first member.
 
-Every generated layout is checked for reachability (all free floor connected for an
-agent of the configured radius, on a grid) and resampled until it passes; entities
-are placed without overlapping walls or each other. Pass a hand-built ``Layout`` to
-``HideAndSeekEnv.reset(options={"layout": ...})`` to set up exact situations.
+Every start yaw is 0 (only slide joints are set, wg:obj.py:447-474); elongated boxes
+are aligned with x or y (mae:objects.py:55-61). Every generated layout is checked for
+reachability (free floor connected for an agent, on a grid) and resampled until it
+passes. Pass a hand-built ``Layout`` to ``HideAndSeekEnv.reset(options={"layout": ...})``.
 """
 
 from __future__ import annotations
@@ -25,7 +33,11 @@ try:
 except ImportError:  # optional speed-up only
     _label = None
 
+from jaxsrl.envs.hide_and_seek import rooms
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
+
+MARGIN = 0.02
+"""Clearance (m) kept between spawned entities and walls or each other."""
 
 
 @dataclasses.dataclass
@@ -37,7 +49,7 @@ class Layout:
       hiders: ``[H, 3]`` start poses of the hiders.
       seekers: ``[S, 3]`` start poses of the seekers.
       boxes: ``[B, 3]`` start poses of the boxes.
-      box_sizes: ``[B, 3]`` full sizes ``(length, width, height)`` of each box.
+      box_sizes: ``[B, 3]`` full sizes ``(x, y, z)`` of each box in its own frame.
       ramps: ``[R, 3]`` start poses of the ramps (the slope rises towards local +x).
     """
 
@@ -56,93 +68,69 @@ class Layout:
             raise ValueError("box_sizes needs one row per box")
 
 
+def _cell_size(cfg: HideAndSeekConfig) -> float:
+    return cfg.floor_size / cfg.grid_cells
+
+
+def _cx(cfg, i: float) -> float:
+    """x (m) of the centre of grid column ``i``."""
+    return -cfg.floor_size / 2 + (i + 0.5) * _cell_size(cfg)
+
+
+def _cy(cfg, j: float) -> float:
+    """y (m) of the centre of grid row ``j`` (the original's y, mirrored)."""
+    return cfg.floor_size / 2 - (j + 0.5) * _cell_size(cfg)
+
+
 def outer_walls(cfg: HideAndSeekConfig) -> list[tuple[float, ...]]:
-    """Four walls just outside the floor square ``[-floor/2, floor/2]^2``."""
-    h, t, z = cfg.floor_size / 2, cfg.wall_thickness, cfg.outer_wall_height
-    return [
-        (0.0, h + t / 2, h + t, t / 2, z),
-        (0.0, -h - t / 2, h + t, t / 2, z),
-        (h + t / 2, 0.0, t / 2, h + t, z),
-        (-h - t / 2, 0.0, t / 2, h + t, z),
-    ]
+    """Four ``outer_wall_height`` walls on the border cells; inner faces at
+    ``+-(floor/2 - cell/2 - thickness/2)`` (mae:walls.py:286-291)."""
+    c, t, z = cfg.floor_size / 2 - _cell_size(cfg) / 2, cfg.wall_thickness, cfg.outer_wall_height
+    return [(0.0, c, c + t / 2, t / 2, z), (0.0, -c, c + t / 2, t / 2, z),
+            (c, 0.0, t / 2, c + t / 2, z), (-c, 0.0, t / 2, c + t / 2, z)]
 
 
-def _wall_with_doors(cfg, axis: int, at: float, lo: float, hi: float, doors: list[float]):
-    """Wall segments along ``axis`` (0: runs along x) at coordinate ``at`` from lo to hi,
-    with gaps of ``door_width`` centred on ``doors``."""
-    t, z, w = cfg.wall_thickness, cfg.inner_wall_height, cfg.door_width
-    cuts = [lo]
-    for d in sorted(doors):
-        cuts += [d - w / 2, d + w / 2]
-    cuts.append(hi)
+def _grid_wall(cfg, vertical: bool, at: int, a: int, b: int, door: int | None):
+    """Segments of an inner wall on grid line ``at`` from cell ``a`` to ``b``
+    (inclusive); a door occupies ``door_cells`` cells from ``door`` on. Segments end 0.05 m
+    (half a thickness) short of their end cells' centres (mae:walls.py:64-123, 246-283)."""
+    t, z = cfg.wall_thickness, cfg.inner_wall_height
+    spans = [(a, b)] if door is None else [(a, door - 1), (door + cfg.door_cells, b)]
     segs = []
-    for a, b in zip(cuts[::2], cuts[1::2]):
-        if b - a > 1e-6:
-            c, half = (a + b) / 2, (b - a) / 2
-            segs.append((c, at, half, t / 2, z) if axis == 0 else (at, c, t / 2, half, z))
+    for lo, hi in spans:
+        if hi <= lo:  # zero-length segments are dropped (mae:walls.py:113-117)
+            continue
+        if vertical:
+            p, q = sorted((_cy(cfg, lo), _cy(cfg, hi)))
+            segs.append((_cx(cfg, at), (p + q) / 2, t / 2, (q - p - t) / 2, z))
+        else:
+            p, q = sorted((_cx(cfg, lo), _cx(cfg, hi)))
+            segs.append(((p + q) / 2, _cy(cfg, at), (q - p - t) / 2, t / 2, z))
     return segs
 
 
-def _pick_doors(cfg, rng, lo: float, hi: float, n: int) -> list[float]:
-    """Centres of up to ``n`` non-overlapping doors in ``[lo, hi]``, each kept with
-    probability ``1 - door_dropout``, at least one kept."""
-    w, margin = cfg.door_width, cfg.wall_thickness + 0.05
-    span = (lo + w / 2 + margin, hi - w / 2 - margin)
-    if span[1] <= span[0]:
-        return [(lo + hi) / 2]
-    cands: list[float] = []
-    for _ in range(20 * n):
-        if len(cands) == n:
-            break
-        c = float(rng.uniform(*span))
-        if all(abs(c - o) > 1.5 * w for o in cands):
-            cands.append(c)
-    kept = [c for c in cands if rng.random() >= cfg.door_dropout]
-    return kept or [cands[int(rng.integers(len(cands)))]]
-
-
 def _quadrant_walls(cfg, rng) -> list[tuple[float, ...]]:
-    h, r = cfg.floor_size / 2, cfg.room_size
-    lo = h - r
-    walls = []
-    # Sample both doors, then close each at random; keep at least one open.
-    pos = [_pick_doors(dataclasses.replace(cfg, door_dropout=0.0), rng, lo, h, 1)[0] for _ in range(2)]
-    open_ = [rng.random() >= cfg.door_dropout for _ in range(2)]
-    if not any(open_):
-        open_[int(rng.integers(2))] = True
-    walls += _wall_with_doors(cfg, 1, lo, lo - cfg.wall_thickness / 2, h, [pos[0]] if open_[0] else [])
-    walls += _wall_with_doors(cfg, 0, lo, lo - cfg.wall_thickness / 2, h, [pos[1]] if open_[1] else [])
-    return walls
+    g, q = cfg.grid_cells, cfg.room_cells
+    walls = [(True, g - q, 0, q), (False, q, g - q, g - 1)]  # (vertical, line, from, to)
+    with_door = [True, True]
+    if rng.random() < cfg.door_dropout:  # mae:walls.py:400-405
+        with_door[1 - int(rng.integers(2))] = False
+    out = []
+    for (vertical, at, a, b), door in zip(walls, with_door):
+        start = a + int(rng.integers(1, b - a - cfg.door_cells + 1)) if door else None  # mae:walls.py:99
+        out += _grid_wall(cfg, vertical, at, a, b, start)
+    return out
 
 
-def _room_walls(cfg, rng) -> list[tuple[float, ...]]:
-    h, m = cfg.floor_size / 2, cfg.min_room_size
-    rooms = [(-h, -h, h, h)]
-    target = int(rng.integers(cfg.n_rooms[0], cfg.n_rooms[1] + 1))
-    walls = []
-    while len(rooms) < target:
-        # Split the largest room that can still be split along some axis.
-        order = sorted(range(len(rooms)), key=lambda i: -(rooms[i][2] - rooms[i][0]) * (rooms[i][3] - rooms[i][1]))
-        for i in order:
-            x0, y0, x1, y1 = rooms[i]
-            axes = [a for a, size in ((0, x1 - x0), (1, y1 - y0)) if size >= 2 * m]
-            if axes:
-                break
-        else:
-            break
-        axis = axes[int(rng.integers(len(axes)))]
-        x0, y0, x1, y1 = rooms.pop(i)
-        if axis == 0:  # vertical cut at x = c, the wall runs along y
-            c = float(rng.uniform(x0 + m, x1 - m))
-            rooms += [(x0, y0, c, y1), (c, y0, x1, y1)]
-            n_doors = 2 if y1 - y0 >= 6.0 else 1
-            walls += _wall_with_doors(cfg, 1, c, y0, y1, _pick_doors(cfg, rng, y0, y1, n_doors))
-        else:
-            c = float(rng.uniform(y0 + m, y1 - m))
-            rooms += [(x0, y0, x1, c), (x0, c, x1, y1)]
-            n_doors = 2 if x1 - x0 >= 6.0 else 1
-            walls += _wall_with_doors(cfg, 0, c, x0, x1, _pick_doors(cfg, rng, x0, x1, n_doors))
-    return walls
+def _room_walls(cfg, rng) -> list[tuple[float, ...]] | None:
+    """Full game: ``n_rooms`` rooms as mae:walls.py:320-355 builds them (``rooms.py``);
+    None when the generator gave up (the caller draws again)."""
+    cs = _cell_size(cfg)
+    plan = rooms.random_rooms(int(rng.integers(cfg.n_rooms[0], cfg.n_rooms[1] + 1)), cfg.grid_cells,
+                              int(round(cfg.min_room_size / cs)), cfg.door_cells, rng)
+    if plan is None:
+        return None
+    return [seg for w in plan for seg in _grid_wall(cfg, w.vertical, w.at, w.a, w.b, w.door)]
 
 
 def free_grid(cfg: HideAndSeekConfig, walls: np.ndarray, clearance: float) -> tuple[np.ndarray, np.ndarray]:
@@ -167,8 +155,7 @@ def is_connected(free: np.ndarray) -> bool:
         return _label(free)[1] == 1
     reach = np.zeros_like(free)
     reach[np.unravel_index(int(np.argmax(free)), free.shape)] = True
-    total = int(free.sum())
-    count = 1
+    total, count = int(free.sum()), 1
     while True:
         grow = reach.copy()
         grow[1:] |= reach[:-1]
@@ -182,35 +169,44 @@ def is_connected(free: np.ndarray) -> bool:
         reach, count = grow, new
 
 
-def _wall_gap(walls: np.ndarray, x: float, y: float) -> float:
-    """Distance from a point to the nearest wall box (0 inside)."""
-    dx = np.maximum(np.abs(x - walls[:, 0]) - walls[:, 2], 0.0)
-    dy = np.maximum(np.abs(y - walls[:, 1]) - walls[:, 3], 0.0)
-    return float(np.min(np.hypot(dx, dy)))
+def room_box(cfg: HideAndSeekConfig) -> tuple[float, float]:
+    """Quadrant: ``(x0, y0)``, the room's inner faces; the room is ``x > x0, y > y0``."""
+    t = cfg.wall_thickness / 2
+    return _cx(cfg, cfg.grid_cells - cfg.room_cells) + t, _cy(cfg, cfg.room_cells) + t
 
 
-def footprint_radius(size_xy: tuple[float, float]) -> float:
-    """Radius of the circle around a rectangle of full sizes ``size_xy``."""
-    return 0.5 * float(np.hypot(*size_xy))
-
-
-def _place(cfg, rng, walls, radii: list[float]) -> np.ndarray | None:
-    """Non-overlapping poses ``[len(radii), 3]`` on the free floor, or None."""
-    h = cfg.floor_size / 2
-    placed: list[tuple[float, float, float]] = []
-    for r in radii:
+def _place(cfg, rng, walls: np.ndarray, half: np.ndarray, region: list[str], anchor: list[int]):
+    """Non-overlapping axis-aligned footprints (half-sizes ``half [N, 2]``) on the floor.
+    ``region[k]``: ``"any"``, ``"room"`` or ``"outside"``; ``anchor[k] >= 0``: spawn
+    within ``teammate_radius`` (in cells, per axis) of entity ``anchor[k]``. None on failure."""
+    h = cfg.floor_size / 2 - _cell_size(cfg) / 2 - cfg.wall_thickness / 2  # inner faces of the border
+    cs = _cell_size(cfg)
+    spread = np.ceil(cfg.teammate_radius / cs - 1e-9) * cs
+    x0, y0 = room_box(cfg)
+    pos = np.zeros((len(half), 2))
+    for k, (hx, hy) in enumerate(half):
         for _ in range(200):
-            x, y = rng.uniform(-h + r + 0.05, h - r - 0.05, size=2)
-            if _wall_gap(walls, x, y) <= r + 0.05:
+            if anchor[k] >= 0:
+                x, y = pos[anchor[k]] + rng.uniform(-spread, spread, size=2)
+            elif region[k] == "room":
+                x, y = rng.uniform(x0 + hx + MARGIN, h - hx - MARGIN), rng.uniform(y0 + hy + MARGIN, h - hy - MARGIN)
+            else:
+                x, y = rng.uniform(-h + hx + MARGIN, h - hx - MARGIN), rng.uniform(-h + hy + MARGIN, h - hy - MARGIN)
+            if abs(x) > h - hx or abs(y) > h - hy:
                 continue
-            if any(np.hypot(x - px, y - py) <= r + pr + 0.05 for px, py, pr in placed):
+            if region[k] == "outside" and x + hx > x0 and y + hy > y0:
                 continue
-            placed.append((float(x), float(y), r))
+            if len(walls) and np.any((np.abs(x - walls[:, 0]) < hx + walls[:, 2] + MARGIN)
+                                     & (np.abs(y - walls[:, 1]) < hy + walls[:, 3] + MARGIN)):
+                continue
+            if k and np.any((np.abs(x - pos[:k, 0]) < hx + half[:k, 0] + MARGIN)
+                            & (np.abs(y - pos[:k, 1]) < hy + half[:k, 1] + MARGIN)):
+                continue
+            pos[k] = x, y
             break
         else:
             return None
-    yaws = rng.uniform(-np.pi, np.pi, size=len(radii))
-    return np.array([[x, y, a] for (x, y, _), a in zip(placed, yaws)]).reshape(-1, 3)
+    return np.concatenate([pos, np.zeros((len(half), 1))], axis=1)
 
 
 def _count(rng, rng_range) -> int:
@@ -221,26 +217,37 @@ def generate_layout(cfg: HideAndSeekConfig, rng: np.random.Generator) -> Layout:
     """A random valid layout of ``cfg.variant``, deterministic given ``rng``'s state.
 
     Raises:
-      RuntimeError: no valid layout after ``cfg.max_layout_tries`` attempts (the
-        floor is too small for the requested entities).
+      RuntimeError: no valid layout after ``cfg.max_layout_tries`` attempts.
     """
     n_h, n_s = _count(rng, cfg.n_hiders), _count(rng, cfg.n_seekers)
     n_b, n_r = _count(rng, cfg.n_boxes), _count(rng, cfg.n_ramps)
-    n_long = min(_count(rng, cfg.n_elongated), n_b)
-    cube = (cfg.box_size,) * 3
-    sizes = np.array([cfg.elongated_size] * n_long + [cube] * (n_b - n_long), np.float64).reshape(-1, 3)
-    radii = (
-        [cfg.agent_radius] * (n_h + n_s)
-        + [footprint_radius(s[:2]) for s in sizes]
-        + [footprint_radius(cfg.ramp_size[:2])] * n_r
-    )
+    n_long = int(rng.integers(cfg.n_elongated[0], min(cfg.n_elongated[1], n_b) + 1)) if n_b else 0
+    n_along_x = int(rng.integers(n_long + 1))  # mae:objects.py:57
+    lx, wy, hz = cfg.elongated_size
+    sizes = np.array([(lx, wy, hz)] * n_along_x + [(wy, lx, hz)] * (n_long - n_along_x)
+                     + [(cfg.box_size,) * 3] * (n_b - n_long), np.float64).reshape(-1, 3)
+    r, ramp = cfg.agent_radius, cfg.ramp_size
+    half = np.array([(r, r)] * (n_h + n_s) + [tuple(s[:2] / 2) for s in sizes] + [(ramp[0] / 2, ramp[1] / 2)] * n_r)
+    quadrant = cfg.variant == "quadrant"
+    region = ["any"] * n_h + ["outside" if quadrant else "any"] * n_s + ["room" if quadrant else "any"] * n_b
+    region += ["any"] * n_r
+    anchor = [-1] * len(half)
+    if cfg.teammate_radius > 0:
+        anchor[1:n_h] = [0] * (n_h - 1)
+        anchor[n_h + 1 : n_h + n_s] = [n_h] * (n_s - 1)
     for _ in range(cfg.max_layout_tries):
-        inner = _quadrant_walls(cfg, rng) if cfg.variant == "quadrant" else _room_walls(cfg, rng)
-        walls = np.array(outer_walls(cfg) + inner, np.float64)
-        free, _ = free_grid(cfg, walls, cfg.agent_radius)
+        if quadrant:
+            inner = _quadrant_walls(cfg, rng)
+        else:
+            inner = _room_walls(cfg, rng)
+            if inner is None:
+                continue
+        outer = outer_walls(cfg) if quadrant or rng.random() < cfg.p_outer_walls else []
+        walls = np.array(outer + inner, np.float64).reshape(-1, 5)
+        free, _ = free_grid(cfg, np.array(outer_walls(cfg) + inner).reshape(-1, 5), cfg.agent_radius)
         if not is_connected(free):
             continue
-        poses = _place(cfg, rng, walls, radii)
+        poses = _place(cfg, rng, walls, half, region, anchor)
         if poses is None:
             continue
         a, b = n_h + n_s, n_h + n_s + n_b

@@ -1,16 +1,25 @@
-"""Grab and lock: weld equalities switched on and off between physics steps.
+"""Grab and lock as released (mae:wrappers/manipulation.py), on weld equalities.
 
-Grab (per agent, held while the grab action is 1): on the first step with grab = 1
-the agent welds itself, at the current relative pose, to the nearest object that it
-saw in its last observation, that is not locked and whose surface is within
-``grab_reach`` of the agent's surface (``mj_geomDistance``). Grab = 0 releases it.
+Reach (both actions): the distance from the agent's centre to the surface of the
+object's cuboid (``dist_pt_to_cuboid``, mae:util/geometry.py:5-54) is at most
+``grab_reach`` = 0.25 m (mae:hide_and_seek.py:245), and the object was visible in the
+agent's last observation (mae:hide_and_seek.py:423-425; mae:manipulation.py:260-263).
+A ramp's cuboid is its bounding box (0.5 m cube).
 
-Lock (per agent, on the rising edge of the lock action, 0 -> 1): the nearest object
-seen in the last observation within ``grab_reach`` that is unlocked or locked by the
-agent's own team is toggled: an unlocked object is welded to the world where it
-stands (its velocity zeroed, anyone holding it lets go), an own-team lock is
-released. Objects locked by the other team are not candidates, so only the locking
-team can unlock. The edge trigger keeps a held lock button from toggling every step.
+Grab (``GrabObjWrapper`` + ``GrabClosestWrapper``, mae:manipulation.py:83-154, 162-178):
+re-decided every step. An agent pressing grab holds the closest object in reach; it
+drops it when the object leaves reach or view, and switches when another becomes the
+closest. Locked objects can be grabbed. Several agents may hold one object.
+
+Lock (``all_lock_team_specific``, mae:manipulation.py:315-346, with ``LockAllWrapper``:
+one button for every object in reach): a held state. Per object, let "deciders" be
+the agents in reach that see it and belong to the team of its last locker (agent 0's
+team before any lock). If a decider does not press lock, the object unlocks (or stays
+unlocked); otherwise, if anyone in reach and seeing it presses lock, it locks (or stays
+locked). A new lock's locker is drawn at random among the pressers (:343-344). So a
+lock holds while a teammate near it keeps pressing, and only the locking team can
+undo it. Ramps are lockable only if ``lock_ramp``. A locked object is welded to the
+world where it stands (the original limits its joints to their current values).
 """
 
 from __future__ import annotations
@@ -35,48 +44,65 @@ def _relpose(data: mujoco.MjData, b1: int, b2: int) -> np.ndarray:
     return out
 
 
+def dist_to_cuboid(points: np.ndarray, centres: np.ndarray, half: np.ndarray, yaw: np.ndarray) -> np.ndarray:
+    """``[P, O]`` distance (m) from points ``[P, 3]`` to the surfaces of z-rotated cuboids
+    (centres ``[O, 3]``, half-sizes ``[O, 3]``, yaws ``[O]``); 0 inside (mae:util/geometry.py:5-54)."""
+    rel = points[:, None, :] - centres[None, :, :]  # [P, O, 3]
+    c, s = np.cos(yaw)[None, :], np.sin(yaw)[None, :]
+    local = np.stack([c * rel[..., 0] + s * rel[..., 1], -s * rel[..., 0] + c * rel[..., 1], rel[..., 2]], -1)
+    out = np.maximum(np.abs(local) - half[None, :, :], 0.0)
+    return np.sqrt(np.einsum("ijk,ijk->ij", out, out))
+
+
 class Manipulation:
     """Grab/lock state of one episode.
 
     Attributes:
       held: ``[A]`` int, object held by each agent (-1: none); objects are boxes then ramps.
-      lock_team: ``[O]`` int, team that locked each object (-1 unlocked, 0 hiders, 1 seekers).
-      lock_events: ``[2]`` int, locks made by hiders and by seekers this episode.
+      locked: ``[O]`` bool, object locked.
+      which_locked: ``[O]`` int, agent that locked it last (0 before any lock, as released).
+      lock_team: ``[O]`` int, team of the locker of a locked object (-1 unlocked, 0 hiders, 1 seekers).
+      lock_events: ``[2]`` int, new locks made by hiders and by seekers this episode.
     """
 
-    def __init__(self, cfg: HideAndSeekConfig, model: mujoco.MjModel, data: mujoco.MjData, index: SceneIndex):
-        self._m, self._d, self._idx = model, data, index
+    def __init__(
+        self,
+        cfg: HideAndSeekConfig,
+        model: mujoco.MjModel,
+        data: mujoco.MjData,
+        index: SceneIndex,
+        box_sizes: np.ndarray,
+        rng: np.random.Generator,
+    ):
+        self._m, self._d, self._idx, self._rng = model, data, index, rng
         self._reach = float(cfg.grab_reach)
-        a, o = index.n_agents, index.n_objects
+        a, o, b = index.n_agents, index.n_objects, index.n_boxes
         self.team = np.array([HIDER] * index.n_hiders + [SEEKER] * index.n_seekers, np.int64)
         self.held = np.full(a, -1, np.int64)
-        self.lock_team = np.full(o, NO_TEAM, np.int64)
+        self.locked = np.zeros(o, bool)
+        self.which_locked = np.zeros(o, np.int64)
         self.lock_events = np.zeros(2, np.int64)
-        self._prev_lock = np.zeros(a, bool)
-        # Bounding radius of each object's geom, to skip exact distances for far objects.
-        self._obj_geom = index.geom[a:]
-        self._obj_rbound = model.geom_rbound[self._obj_geom] + cfg.agent_radius + self._reach
+        self._half = np.concatenate(
+            [np.asarray(box_sizes, np.float64).reshape(b, 3), np.tile(cfg.ramp_size, (index.n_ramps, 1))]
+        ) / 2  # [O, 3]
+        # Ramp bodies sit at the wedge's base: the cuboid centre is half its height above.
+        self._centre_dz = np.concatenate([np.zeros(b), np.full(index.n_ramps, cfg.ramp_size[2] / 2)])
+        self._lockable = np.concatenate([np.ones(b, bool), np.full(index.n_ramps, bool(cfg.lock_ramp))])
 
-    def _gap(self, agent: int, obj: int) -> float:
-        """Surface-to-surface distance (m), capped just above the reach."""
-        idx = self._idx
-        cap = self._reach + 0.01
-        g_agent, g_obj = int(idx.geom[agent]), int(idx.geom[idx.n_agents + obj])
-        return mujoco.mj_geomDistance(self._m, self._d, g_agent, g_obj, cap, None)
+    @property
+    def lock_team(self) -> np.ndarray:
+        return np.where(self.locked, self.team[self.which_locked], NO_TEAM)
 
-    def _nearest(self, agent: int, candidates: np.ndarray) -> int:
-        best, best_gap = -1, np.inf
-        for obj in np.flatnonzero(candidates):
-            gap = self._gap(agent, int(obj))
-            if gap <= self._reach and gap < best_gap:
-                best, best_gap = int(obj), gap
-        return best
-
-    def _release(self, agent: int) -> None:
-        obj = self.held[agent]
-        if obj >= 0:
-            self._d.eq_active[self._idx.grab_eq(agent, int(obj))] = 0
-            self.held[agent] = -1
+    def distances(self) -> np.ndarray:
+        """``[A, O]`` agent centre -> object cuboid surface (m), at the current kinematics."""
+        idx, d = self._idx, self._d
+        if idx.n_objects == 0:
+            return np.zeros((idx.n_agents, 0))
+        bodies = idx.body
+        centres = d.xpos[bodies[idx.n_agents :]].copy()
+        centres[:, 2] += self._centre_dz
+        yaw = d.qpos[DOFS_PER_BODY * idx.n_agents + 3 :: DOFS_PER_BODY][: idx.n_objects]
+        return dist_to_cuboid(d.xpos[bodies[: idx.n_agents]], centres, self._half, yaw)
 
     def apply(self, grab: np.ndarray, lock: np.ndarray, seen_objects: np.ndarray) -> None:
         """Update welds before the physics step.
@@ -86,41 +112,46 @@ class Manipulation:
           lock: ``[A]`` bool lock actions (already False for frozen agents).
           seen_objects: ``[A, O]`` bool, objects visible in each agent's last observation.
         """
-        idx, d, m = self._idx, self._d, self._m
-        for i in np.flatnonzero(~grab & (self.held >= 0)):
-            self._release(int(i))
-        want_grab = grab & (self.held < 0)
-        press = lock & ~self._prev_lock
-        self._prev_lock = lock.copy()
-        if not (want_grab.any() or press.any()):
+        if self._idx.n_objects == 0:
             return
-        gap = d.xpos[idx.body[: idx.n_agents], None, :] - d.geom_xpos[None, self._obj_geom, :]  # [A, O, 3]
-        near = seen_objects & (np.einsum("ijk,ijk->ij", gap, gap) <= self._obj_rbound[None, :] ** 2)
-        for i in np.flatnonzero(want_grab):
-            obj = self._nearest(int(i), near[i] & (self.lock_team == NO_TEAM))
-            if obj >= 0:
-                e = idx.grab_eq(int(i), obj)
-                m.eq_data[e, :3] = 0.0
-                m.eq_data[e, 3:10] = _relpose(d, int(idx.body[i]), int(idx.body[idx.n_agents + obj]))
-                d.eq_active[e] = 1
-                self.held[i] = obj
-        for i in np.flatnonzero(press):
-            team = self.team[i]
-            obj = self._nearest(int(i), near[i] & ((self.lock_team == NO_TEAM) | (self.lock_team == team)))
-            if obj < 0:
-                continue
-            e = idx.lock_eq(obj)
-            if self.lock_team[obj] == team:
-                d.eq_active[e] = 0
-                self.lock_team[obj] = NO_TEAM
-                continue
-            for j in np.flatnonzero(self.held == obj):
-                self._release(int(j))
-            body = int(idx.body[idx.n_agents + obj])
+        dist = self.distances()
+        usable = seen_objects & (dist <= self._reach)  # [A, O]
+        self._lock(lock, usable & self._lockable[None, :])
+        self._grab(grab, usable, dist)
+
+    def _lock(self, lock: np.ndarray, usable: np.ndarray) -> None:
+        idx, d, m = self._idx, self._d, self._m
+        desired = usable & lock[:, None]
+        not_desired = usable & ~lock[:, None]
+        deciders = self.team[:, None] == self.team[self.which_locked][None, :]  # [A, O]
+        to_unlock = np.any(not_desired & deciders, axis=0)
+        to_lock = np.any(desired, axis=0) & ~to_unlock
+        for obj in np.flatnonzero(to_unlock & self.locked):
+            d.eq_active[idx.lock_eq(int(obj))] = 0
+        for obj in np.flatnonzero(to_lock & ~self.locked):
+            obj = int(obj)
+            self.which_locked[obj] = int(self._rng.choice(np.flatnonzero(desired[:, obj])))
+            self.lock_events[self.team[self.which_locked[obj]]] += 1
+            e, body = idx.lock_eq(obj), int(idx.body[idx.n_agents + obj])
             m.eq_data[e, :3] = 0.0
             m.eq_data[e, 3:10] = _relpose(d, body, 0)
             d.eq_active[e] = 1
             k = DOFS_PER_BODY * (idx.n_agents + obj)
             d.qvel[k : k + DOFS_PER_BODY] = 0.0
-            self.lock_team[obj] = team
-            self.lock_events[team] += 1
+        self.locked = (self.locked & ~to_unlock) | to_lock
+
+    def _grab(self, grab: np.ndarray, usable: np.ndarray, dist: np.ndarray) -> None:
+        idx, d, m = self._idx, self._d, self._m
+        valid = usable & grab[:, None]
+        target = np.where(valid.any(axis=1), np.argmin(np.where(valid, dist, np.inf), axis=1), -1)
+        for i in np.flatnonzero(target != self.held):
+            i = int(i)
+            if self.held[i] >= 0:
+                d.eq_active[idx.grab_eq(i, int(self.held[i]))] = 0
+            obj = int(target[i])
+            if obj >= 0:
+                e = idx.grab_eq(i, obj)
+                m.eq_data[e, :3] = 0.0
+                m.eq_data[e, 3:10] = _relpose(d, int(idx.body[i]), int(idx.body[idx.n_agents + obj]))
+                d.eq_active[e] = 1
+            self.held[i] = obj

@@ -1,27 +1,34 @@
-"""Per-agent observations, built for all agents at once as padded float32 arrays.
+"""Per-agent observations as released, built for all agents at once as padded float32 arrays.
 
 Every agent gets the same keys and shapes (one shared policy can serve all):
 
-==================  ==========================  ===========================================
-key                 shape                       content
-==================  ==========================  ===========================================
-``self``            ``[14]``                    ``SELF_FEATURES``
-``agents``          ``[max_agents - 1, 13]``    other agents, ``AGENT_FEATURES``
-``agents_mask``     ``[max_agents - 1]``        1 where that agent is visible to this one
-``agents_present``  ``[max_agents - 1]``        1 where the padded slot holds a real agent
-``boxes``           ``[max_boxes, 18]``         ``OBJECT_FEATURES``
-``boxes_mask``      ``[max_boxes]``             visibility
-``boxes_present``   ``[max_boxes]``             real slot
-``ramps``           ``[max_ramps, 18]``         ``OBJECT_FEATURES``
-``ramps_mask``      ``[max_ramps]``             visibility
-``ramps_present``   ``[max_ramps]``             real slot
-``lidar``           ``[n_lidar]``               ranges (m), first ray along the heading
-==================  ==========================  ===========================================
+==================  ===========================  ==========================================
+key                 shape                        content
+==================  ===========================  ==========================================
+``self``            ``[10]``                     ``self_features(cfg)``
+``agents``          ``[max_agents - 1, 10]``     other agents, ``agent_features(cfg)``
+``agents_mask``     ``[max_agents - 1]``         1 where that agent is visible to this one
+``agents_present``  ``[max_agents - 1]``         1 where the padded slot holds a real agent
+``boxes``           ``[max_boxes, 12 or 15]``    ``box_features(cfg)``
+``boxes_mask``      ``[max_boxes]``              visibility
+``boxes_present``   ``[max_boxes]``              real slot
+``ramps``           ``[max_ramps, 9 or 15]``     ``ramp_features(cfg)``
+``ramps_mask``      ``[max_ramps]``              visibility
+``ramps_present``   ``[max_ramps]``              real slot
+``lidar``           ``[n_lidar]``                ranges (m), world frame, ray 0 along +x
+==================  ===========================  ==========================================
 
-Entity rows always hold the true state of every real entity: the policy must
-attend only where ``*_mask`` is 1; an omniscient critic uses ``*_present``.
-Positions and sizes in m, velocities in m/s and rad/s, angles as sin/cos of yaw;
-``dx, dy`` are the entity's position minus the observer's. Padded rows are zeros.
+As released (mae:modules/agents.py:77-94, mae:multi_agent.py:86-106, mae:objects.py:107-211,
+mae:manipulation.py:225-233, mae:prep_phase.py:32-36): agents give qpos and qvel of
+their joints (x, y, z, raw yaw, vx, vy, vz, wz; z is 0 at rest), the ``hider`` flag and
+the preparation timer ``prep_obs = min(1, t / (prep_steps + 1e-5))``; boxes give x, y, z
+(0 at rest), cos and sin of yaw, vx, vy, vz, wz, their size when the game has elongated
+boxes, and the lock flags ``you_locked``, ``team_locked``, ``obj_locked``; ramps the same
+9, 3 zeros where boxes have a size, and the lock flags if ramps can be locked.
+``extra_obs`` (off by default, a deviation) appends ``EXTRA_*`` columns.
+
+Entity rows always hold the true state of every real entity: the policy must attend
+only where ``*_mask`` is 1; an omniscient critic uses ``*_present``. Padded rows are zeros.
 """
 
 from __future__ import annotations
@@ -29,34 +36,49 @@ from __future__ import annotations
 import numpy as np
 
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
-from jaxsrl.envs.hide_and_seek.manipulation import NO_TEAM
 from jaxsrl.envs.hide_and_seek.scene import SceneIndex
 
-SELF_FEATURES = (
-    "x", "y", "z", "sin_yaw", "cos_yaw", "vx", "vy", "vz", "wz",
-    "is_hider", "is_seeker", "prep_elapsed", "time_elapsed", "is_holding",
-)
-"""``prep_elapsed``: fraction of the preparation phase elapsed (1 after it);
-``time_elapsed``: fraction of the horizon elapsed."""
-_BODY = ("x", "y", "z", "dx", "dy", "sin_yaw", "cos_yaw", "vx", "vy", "vz", "wz")
-AGENT_FEATURES = _BODY + ("is_hider", "is_seeker")
-OBJECT_FEATURES = _BODY + (
-    "size_x", "size_y", "size_z", "locked_by_own_team", "locked_by_other_team", "held_by_self", "held_by_other",
-)
+_QPOS_QVEL = ("x", "y", "z", "yaw", "vx", "vy", "vz", "wz")
+_OBJ_BODY = ("x", "y", "z", "cos_yaw", "sin_yaw", "vx", "vy", "vz", "wz")
+_LOCKS = ("you_locked", "team_locked", "obj_locked")
+EXTRA_SELF = ("sin_yaw", "cos_yaw", "time_elapsed", "is_holding")
+"""``time_elapsed``: fraction of the horizon elapsed; ``is_holding``: 1 while grabbing."""
+EXTRA_AGENT = ("dx", "dy", "sin_yaw", "cos_yaw")
+"""``dx, dy``: the entity's position minus the observer's (m)."""
+EXTRA_OBJECT = ("dx", "dy", "held_by_self", "held_by_other")
+
+
+def self_features(cfg: HideAndSeekConfig) -> tuple[str, ...]:
+    return _QPOS_QVEL + ("hider", "prep_obs") + (EXTRA_SELF if cfg.extra_obs else ())
+
+
+def agent_features(cfg: HideAndSeekConfig) -> tuple[str, ...]:
+    return _QPOS_QVEL + ("hider", "prep_obs") + (EXTRA_AGENT if cfg.extra_obs else ())
+
+
+def box_features(cfg: HideAndSeekConfig) -> tuple[str, ...]:
+    size = ("size_x", "size_y", "size_z") if cfg.n_elongated[1] > 0 else ()
+    return _OBJ_BODY + size + _LOCKS + (EXTRA_OBJECT if cfg.extra_obs else ())
+
+
+def ramp_features(cfg: HideAndSeekConfig) -> tuple[str, ...]:
+    pad = ("pad_0", "pad_1", "pad_2") if cfg.n_elongated[1] > 0 else ()
+    locks = _LOCKS if cfg.lock_ramp else ()
+    return _OBJ_BODY + pad + locks + (EXTRA_OBJECT if cfg.extra_obs else ())
 
 
 def observation_shapes(cfg: HideAndSeekConfig) -> dict[str, tuple[int, ...]]:
     """Shape of every observation key (without the agent axis)."""
     na, nb, nr = cfg.max_agents - 1, cfg.max_boxes, cfg.max_ramps
     return {
-        "self": (len(SELF_FEATURES),),
-        "agents": (na, len(AGENT_FEATURES)),
+        "self": (len(self_features(cfg)),),
+        "agents": (na, len(agent_features(cfg))),
         "agents_mask": (na,),
         "agents_present": (na,),
-        "boxes": (nb, len(OBJECT_FEATURES)),
+        "boxes": (nb, len(box_features(cfg))),
         "boxes_mask": (nb,),
         "boxes_present": (nb,),
-        "ramps": (nr, len(OBJECT_FEATURES)),
+        "ramps": (nr, len(ramp_features(cfg))),
         "ramps_mask": (nr,),
         "ramps_present": (nr,),
         "lidar": (cfg.n_lidar,),
@@ -64,92 +86,85 @@ def observation_shapes(cfg: HideAndSeekConfig) -> dict[str, tuple[int, ...]]:
 
 
 class ObservationBuilder:
-    """Builds ``{key: [A, *shape]}`` float32 arrays for the ``A`` agents of one episode."""
+    """Builds ``{key: [A, *shape]}`` float32 arrays for the ``A`` agents of one episode.
 
-    def __init__(self, cfg: HideAndSeekConfig, index: SceneIndex, box_sizes: np.ndarray, ramp_size):
+    Args:
+      rest_z: ``[M]`` height (m) of each movable body at rest, subtracted from z.
+    """
+
+    def __init__(self, cfg: HideAndSeekConfig, index: SceneIndex, box_sizes: np.ndarray, rest_z: np.ndarray):
         self._cfg, self._idx = cfg, index
         self._shapes = observation_shapes(cfg)
-        self._layout, offset = {}, 0  # key -> (offset, size, shape) in a flat [A, size] buffer
-        for k, shp in self._shapes.items():
-            n = int(np.prod(shp))
-            self._layout[k] = (offset, n, shp)
-            offset += n
-        self._size = offset
         a, b, r = index.n_agents, index.n_boxes, index.n_ramps
-        self._a = a
+        self._a, self._b, self._r = a, b, r
         # others[i] = every agent but i, in agent order: [A, A - 1]
         self.others = np.array([[j for j in range(a) if j != i] for i in range(a)], np.int64).reshape(a, a - 1)
-        team = np.array([0] * index.n_hiders + [1] * index.n_seekers)
-        self.team = team
+        self.team = np.array([0] * index.n_hiders + [1] * index.n_seekers)
         self._rows = np.arange(a)[:, None]  # [A, 1]
-        self._team_onehot = np.stack([team == 0, team == 1], axis=1).astype(np.float32)  # [A, 2]
-        self._sizes = np.concatenate([np.asarray(box_sizes).reshape(b, 3), np.tile(np.asarray(ramp_size), (r, 1))])
+        self._hider = (self.team == 0).astype(np.float32)  # [A]
+        self._box_sizes = np.asarray(box_sizes, np.float64).reshape(b, 3)
+        self._rest_z = np.asarray(rest_z, np.float64)
         self._obj_range = np.arange(b + r)
-        self._b, self._r = b, r
+        self._size_cols = 3 if cfg.n_elongated[1] > 0 else 0
 
-    def build(
-        self,
-        qpos: np.ndarray,
-        qvel: np.ndarray,
-        visible: np.ndarray,
-        lidar: np.ndarray,
-        lock_team: np.ndarray,
-        held: np.ndarray,
-        step: int,
-    ) -> dict[str, np.ndarray]:
+    def build(self, qpos, qvel, visible, lidar, locked, which_locked, held, step: int) -> dict[str, np.ndarray]:
         """Args: ``qpos``/``qvel`` ``[M, 4]`` (x, y, z, yaw) and velocities of the movable
-        bodies, ``visible`` ``[A, A + O]`` bool, ``lidar`` ``[A, L]``, ``lock_team`` ``[O]``,
-        ``held`` ``[A]``, ``step`` env steps taken."""
+        bodies, ``visible`` ``[A, A + O]`` bool, ``lidar`` ``[A, L]``, ``locked`` ``[O]`` bool,
+        ``which_locked`` ``[O]`` agent index, ``held`` ``[A]``, ``step`` env steps taken."""
         cfg, a, b, r = self._cfg, self._a, self._b, self._r
-        o = b + r
-        sh = self._shapes
-        base = np.empty((len(qpos), 9))  # x y z sin cos vx vy vz wz
-        base[:, :3] = qpos[:, :3]
-        base[:, 3] = np.sin(qpos[:, 3])
-        base[:, 4] = np.cos(qpos[:, 3])
-        base[:, 5:] = qvel
-        xy = qpos[:a, :2]  # observer positions [A, 2]
-
-        buf = np.zeros((a, self._size), np.float32)  # one allocation, split into views
-        out = {k: buf[:, o : o + n].reshape((a,) + s) for k, (o, n, s) in self._layout.items()}
+        o, extra = b + r, cfg.extra_obs
+        out = {k: np.zeros((a,) + s, np.float32) for k, s in self._shapes.items()}
+        body = np.concatenate([qpos, qvel], axis=1)  # [M, 8]
+        body[:, 2] -= self._rest_z
+        prep = min(1.0, step / (cfg.prep_steps + 1e-5))
         s = out["self"]
-        s[:, :9] = base[:a]
-        s[:, 9:11] = self._team_onehot
-        s[:, 11] = min(step / cfg.prep_steps, 1.0) if cfg.prep_steps > 0 else 1.0
-        s[:, 12] = step / cfg.horizon
-        s[:, 13] = held >= 0
-
+        s[:, :8] = body[:a]
+        s[:, 8] = self._hider
+        s[:, 9] = prep
+        if extra:
+            s[:, 10], s[:, 11] = np.sin(qpos[:a, 3]), np.cos(qpos[:a, 3])
+            s[:, 12] = step / cfg.horizon
+            s[:, 13] = held >= 0
+        xy = qpos[:a, :2]  # observer positions [A, 2]
         if a > 1:
             oth = self.others
-            ag = out["agents"]
-            ag[:, : a - 1, :3] = base[oth, :3]
-            ag[:, : a - 1, 3:5] = qpos[oth, :2] - xy[:, None, :]
-            ag[:, : a - 1, 5:11] = base[oth, 3:9]
-            ag[:, : a - 1, 11:13] = self._team_onehot[oth]
+            ag = out["agents"][:, : a - 1]  # [A, A - 1, F] view of the real slots
+            ag[:, :, :8] = body[oth]
+            ag[:, :, 8] = self._hider[oth]
+            ag[:, :, 9] = prep
+            if extra:
+                ag[:, :, 10:12] = qpos[oth, :2] - xy[:, None, :]
+                ag[:, :, 12], ag[:, :, 13] = np.sin(qpos[oth, 3]), np.cos(qpos[oth, 3])
             out["agents_mask"][:, : a - 1] = visible[self._rows, oth]
             out["agents_present"][:, : a - 1] = 1.0
-
-        if o:
-            feat = np.empty((a, o, len(OBJECT_FEATURES)), np.float32)
-            obj = base[a:]
-            feat[:, :, :3] = obj[None, :, :3]
-            feat[:, :, 3:5] = qpos[None, a:, :2] - xy[:, None, :]
-            feat[:, :, 5:11] = obj[None, :, 3:9]
-            feat[:, :, 11:14] = self._sizes[None]
-            locked = lock_team != NO_TEAM
-            own = lock_team[None, :] == self.team[:, None]  # [A, O]
-            feat[:, :, 14] = own
-            feat[:, :, 15] = locked[None, :] & ~own
-            mine = held[:, None] == self._obj_range[None, :]  # [A, O]
-            n_holders = mine.sum(axis=0)
-            feat[:, :, 16] = mine
-            feat[:, :, 17] = (n_holders[None, :] - mine) > 0
-            vis_obj = visible[:, a:]
-            out["boxes"][:, :b] = feat[:, :b]
-            out["boxes_mask"][:, :b] = vis_obj[:, :b]
-            out["boxes_present"][:, :b] = 1.0
-            out["ramps"][:, :r] = feat[:, b:]
-            out["ramps_mask"][:, :r] = vis_obj[:, b:]
-            out["ramps_present"][:, :r] = 1.0
+        if not o:
+            out["lidar"][:] = lidar
+            return out
+        obj = np.empty((o, 9))
+        obj[:, :3] = body[a:, :3]
+        obj[:, 3], obj[:, 4] = np.cos(qpos[a:, 3]), np.sin(qpos[a:, 3])
+        obj[:, 5:] = qvel[a:]
+        you = locked[None, :] & (which_locked[None, :] == np.arange(a)[:, None])  # [A, O]
+        team = locked[None, :] & (self.team[which_locked][None, :] == self.team[:, None])
+        mine = held[:, None] == self._obj_range[None, :]  # [A, O]
+        other = (mine.sum(axis=0)[None, :] - mine) > 0
+        vis_obj = visible[:, a:]
+        for key, sl, lock_cols in (("boxes", slice(0, b), True), ("ramps", slice(b, o), cfg.lock_ramp)):
+            n = sl.stop - sl.start
+            if not n:
+                continue
+            rows = out[key][:, :n]  # [A, n, F] view
+            rows[:, :, :9] = obj[None, sl]
+            c = 9 + self._size_cols
+            if key == "boxes" and self._size_cols:
+                rows[:, :, 9:12] = self._box_sizes[None]
+            if lock_cols:
+                rows[:, :, c], rows[:, :, c + 1], rows[:, :, c + 2] = you[:, sl], team[:, sl], locked[None, sl]
+                c += 3
+            if extra:
+                rows[:, :, c : c + 2] = qpos[None, a:, :2][:, sl] - xy[:, None, :]
+                rows[:, :, c + 2], rows[:, :, c + 3] = mine[:, sl], other[:, sl]
+            out[f"{key}_mask"][:, :n] = vis_obj[:, sl]
+            out[f"{key}_present"][:, :n] = 1.0
         out["lidar"][:] = lidar
         return out

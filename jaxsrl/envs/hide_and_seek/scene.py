@@ -38,7 +38,7 @@ def _f(values) -> str:
     return " ".join(f"{float(v):.6g}" for v in np.ravel(values))
 
 
-def _joints(prefix: str, damping: float, ang_damping: float, z_damping: float = 0.0) -> str:
+def _joints(prefix: str, damping: float, z_damping: float, ang_damping: float) -> str:
     return (
         f'<joint name="{prefix}_x" type="slide" axis="1 0 0" damping="{damping:g}"/>'
         f'<joint name="{prefix}_y" type="slide" axis="0 1 0" damping="{damping:g}"/>'
@@ -47,44 +47,49 @@ def _joints(prefix: str, damping: float, ang_damping: float, z_damping: float = 
     )
 
 
+def _mu(value: float) -> str:
+    """Geom friction attribute; MuJoCo uses the larger of the two geoms' coefficients."""
+    return f'friction="{value:g} 0.005 0.0001"'
+
+
+
 def build_mjcf(cfg: HideAndSeekConfig, layout: Layout) -> str:
     """MJCF text of the scene. Initial poses are not in the XML: the env writes qpos."""
     n_h, n_s = len(layout.hiders), len(layout.seekers)
     n_b, n_r = len(layout.boxes), len(layout.ramps)
-    mu = cfg.friction
     out = [
         '<mujoco model="hide_and_seek">',
-        f'<option timestep="{cfg.timestep:g}"/>',
-        f'<default><geom friction="{mu:g} 0.005 0.0001" condim="3"/></default>',
+        f'<option timestep="{cfg.timestep:g}" gravity="0 0 {cfg.gravity:g}"/>',
+        '<default><geom condim="3"/></default>',
         f'<asset><mesh name="ramp" vertex="{_f(ramp_vertices(cfg.ramp_size))}"/></asset>',
         "<worldbody>",
         f'<geom name="floor" type="plane" size="{cfg.floor_size:g} {cfg.floor_size:g} 0.1" '
-        f'group="{GROUP_FLOOR}" rgba="0.9 0.9 0.85 1"/>',
+        f'{_mu(cfg.friction)} group="{GROUP_FLOOR}" rgba="0.9 0.9 0.85 1"/>',
     ]
     for k, (cx, cy, hx, hy, hz) in enumerate(layout.walls):
         out.append(
             f'<geom name="wall_{k}" type="box" pos="{_f((cx, cy, hz / 2))}" size="{_f((hx, hy, hz / 2))}" '
-            f'group="{GROUP_WALL}" rgba="0.4 0.4 0.4 1"/>'
+            f'{_mu(cfg.wall_friction)} group="{GROUP_WALL}" rgba="0.4 0.4 0.4 1"/>'
         )
     agent_names = [f"hider_{i}" for i in range(n_h)] + [f"seeker_{i}" for i in range(n_s)]
     for k, name in enumerate(agent_names):
         rgba = "0.2 0.4 0.9 1" if k < n_h else "0.9 0.3 0.2 1"
         out.append(
-            f'<body name="{name}">{_joints(name, cfg.agent_damping, cfg.agent_angular_damping)}'
+            f'<body name="{name}">{_joints(name, cfg.agent_damping, cfg.agent_z_damping, cfg.agent_angular_damping)}'
             f'<geom name="{name}" type="sphere" size="{cfg.agent_radius:g}" mass="{cfg.agent_mass:g}" '
-            f'group="{GROUP_AGENT}" rgba="{rgba}"/></body>'
+            f'{_mu(cfg.other_friction)} group="{GROUP_AGENT}" rgba="{rgba}"/></body>'
         )
     for k, size in enumerate(layout.box_sizes):
         out.append(
-            f'<body name="box_{k}">{_joints(f"box_{k}", cfg.object_damping, cfg.object_damping * 0.1)}'
+            f'<body name="box_{k}">{_joints(f"box_{k}", *(cfg.box_damping,) * 3)}'
             f'<geom name="box_{k}" type="box" size="{_f(np.asarray(size) / 2)}" mass="{cfg.box_mass:g}" '
-            f'group="{GROUP_BOX}" rgba="0.85 0.65 0.3 1"/></body>'
+            f'{_mu(cfg.friction)} group="{GROUP_BOX}" rgba="0.85 0.65 0.3 1"/></body>'
         )
     for k in range(n_r):
         out.append(
-            f'<body name="ramp_{k}">{_joints(f"ramp_{k}", cfg.object_damping, cfg.object_damping * 0.1)}'
+            f'<body name="ramp_{k}">{_joints(f"ramp_{k}", *(cfg.ramp_damping,) * 3)}'
             f'<geom name="ramp_{k}" type="mesh" mesh="ramp" mass="{cfg.ramp_mass:g}" '
-            f'group="{GROUP_RAMP}" rgba="0.3 0.7 0.4 1"/></body>'
+            f'{_mu(cfg.other_friction)} group="{GROUP_RAMP}" rgba="0.3 0.7 0.4 1"/></body>'
         )
     out.append("</worldbody><actuator>")
     for name in agent_names:

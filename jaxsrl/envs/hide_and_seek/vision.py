@@ -1,15 +1,17 @@
 """What each agent sees: a 135-degree vision cone with line of sight, and a lidar ring.
 
 Line of sight is one ray from the observer's centre to the target's centre (agent
-centre, box centre, ramp centroid). Everything solid but the floor occludes: walls,
-boxes, ramps and other agents (one hider can shield another). A target is visible
+centre, box centre, ramp centroid), as released (mae:util/vision.py:41-66). Everything
+solid but the floor occludes: boxes, ramps, other agents and, with ``rays_hit_walls``
+(default; a deviation, see config.py), walls. A target is visible
 when it is inside the cone (measured in the x-y plane) and the first thing the ray
 meets is the target itself or lies beyond the target's centre.
 
-Lidar: ``n_lidar`` horizontal rays from the agent's centre, evenly spaced
-and starting at its heading, hitting walls, boxes, ramps and other agents; ranges
-in metres, ``lidar_range`` where nothing is hit. All rays of an observer go
-through one ``mujoco.mj_multiRay`` call.
+Lidar (mae:wrappers/lidar.py:34-38, 96-105): ``n_lidar`` horizontal rays from the
+agent's centre in the world frame, ray ``k`` at angle 2 pi k / n_lidar from +x,
+hitting what line of sight hits; the value is the distance to the first hit in
+metres, also beyond ``lidar_range``, and ``lidar_range`` where nothing is hit.
+All rays of an observer go through one ``mujoco.mj_multiRay`` call.
 """
 
 from __future__ import annotations
@@ -42,9 +44,11 @@ class Vision:
         self._idx = index
         a, n = index.n_agents, index.n_agents + index.n_objects
         self._cos_half = float(np.cos(np.deg2rad(cfg.vision_cone_deg) / 2))
-        self._groups = _groups(GROUP_WALL, GROUP_BOX, GROUP_RAMP, GROUP_AGENT)
+        solid = (GROUP_BOX, GROUP_RAMP, GROUP_AGENT) + ((GROUP_WALL,) if cfg.rays_hit_walls else ())
+        self._groups = _groups(*solid)
         self._lidar_range = float(cfg.lidar_range)
-        self._lidar_offsets = 2 * np.pi * np.arange(cfg.n_lidar) / cfg.n_lidar  # [L] rad
+        angles = 2 * np.pi * np.arange(cfg.n_lidar) / cfg.n_lidar  # [L] rad from +x
+        self._lidar_cos, self._lidar_sin = np.cos(angles), np.sin(angles)
         self._n_lidar = cfg.n_lidar
         self._geom_body = model.geom_bodyid
         self._target_geom = index.geom[:n]  # [N]
@@ -72,9 +76,8 @@ class Vision:
         planar = np.hypot(vec[..., 0], vec[..., 1])
         in_cone = vec[..., 0] * cos[:, None] + vec[..., 1] * sin[:, None] >= self._cos_half * planar - 1e-9
         vec /= dist[..., None]
-        ang = yaw[:, None] + self._lidar_offsets[None, :]  # [A, L]
-        rays[:, n:, 0] = np.cos(ang)
-        rays[:, n:, 1] = np.sin(ang)
+        rays[:, n:, 0] = self._lidar_cos[None, :]  # world frame: ray 0 along +x
+        rays[:, n:, 1] = self._lidar_sin[None, :]
 
         ids, hit, groups = self._ids, self._hit, self._groups
         multi_ray = mujoco.mj_multiRay
@@ -85,5 +88,5 @@ class Vision:
         visible = in_cone & clear & ~self._eye
         lid_ids, lid_hit = ids[:, n:], hit[:, n:]
         rng = self._lidar_range
-        lidar = np.where((lid_ids < 0) | (lid_hit > rng), rng, lid_hit).astype(np.float32)
+        lidar = np.where(lid_ids < 0, rng, lid_hit).astype(np.float32)  # not capped, as released
         return visible, lidar

@@ -1,0 +1,249 @@
+"""The actor's segment building (jaxsrl/workers/actor.py) through its public interface:
+a real ``Actor`` steps counter environments whose every observation says where it is,
+a fake inference server answers over ZeroMQ, and the test reads the segments the actor
+pushes, checking each field against an independent simulation of the counters."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import gymnasium
+import numpy as np
+import pytest
+import zmq
+
+from jaxsrl import envs, wire
+from jaxsrl.workers.actor import Actor
+from jaxsrl.workers.trainer import segment_schema
+
+T = 5
+ACTION_OFFSET = 5.0  # the fake policy's Box actions lie far outside [-1, 1]
+
+
+def episode_length(k: int, offset: int) -> int:
+    return 2 + (k + offset) % 3
+
+
+class CounterEnv(gymnasium.Env):
+    """Observation ``[steps into the episode, episode index]``; reward = the (clipped)
+    action. Episode ``k`` lasts ``episode_length(k, seed % 3)`` steps and ends
+    terminated if ``k`` is even, truncated (time limit) if odd."""
+
+    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self):
+        self.ep, self.count, self.offset = -1, 0, 0
+
+    def _obs(self):
+        return np.array([self.count, self.ep], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.offset = seed % 3
+        self.ep, self.count = self.ep + 1, 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.count += 1
+        end = self.count == episode_length(self.ep, self.offset)
+        terminated, truncated = end and self.ep % 2 == 0, end and self.ep % 2 == 1
+        return self._obs(), float(action[0]), terminated, truncated, {}
+
+
+gymnasium.register("jaxsrl_test/Counter-v0", entry_point=CounterEnv)
+
+
+def simulate(offset: int, steps: int) -> dict:
+    """Independent reference: what row ``offset``'s env shows at each global step."""
+    obs, term, trunc, final = [], [], [], []
+    ep, count = 0, 0
+    for _ in range(steps + 1):
+        obs.append([count, ep])
+        count += 1
+        end = count == episode_length(ep, offset)
+        term.append(end and ep % 2 == 0)
+        trunc.append(end and ep % 2 == 1)
+        final.append([count, ep] if trunc[-1] else [0, 0])
+        if end:
+            ep, count = ep + 1, 0
+    return {"obs": np.array(obs, np.float32), "terminated": np.array(term),
+            "truncated": np.array(trunc), "final_obs": np.array(final, np.float32)}
+
+
+class TeamCounter:
+    """Two agents, one team; agent ``a_1`` is absent from every odd episode (3 steps,
+    truncated). Observation ``[steps into the episode, episode index]``, reward 1."""
+
+    possible_agents = ["a_0", "a_1"]
+
+    def __init__(self):
+        self.agents, self.ep, self.count = [], -1, 0
+
+    def observation_space(self, agent):
+        return gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+    def action_space(self, agent):
+        return gymnasium.spaces.Discrete(2)
+
+    def team_of(self, agent):
+        return "team"
+
+    def _obs(self):
+        return {a: np.array([self.count, self.ep], np.float32) for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        self.ep, self.count = self.ep + 1, 0
+        self.agents = list(self.possible_agents) if self.ep % 2 == 0 else ["a_0"]
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        assert set(actions) == set(self.agents)  # idle rows' actions are not passed on
+        self.count += 1
+        end = self.count == 3
+        obs = self._obs()
+        return (obs, {a: 1.0 for a in self.agents}, {a: False for a in self.agents},
+                {a: end for a in self.agents}, {a: {} for a in self.agents})
+
+    def close(self):
+        pass
+
+
+def make_env(**kwargs):  # the module interface of jaxsrl.envs.multi_agent
+    return TeamCounter()
+
+
+class FakeServer:
+    """Answers ``act`` requests: Box action ``ACTION_OFFSET + count`` (Discrete: 1),
+    logp ``-count``, carry ``carry + 1`` (so an un-reset carry shows), and a version
+    that changes every 3 requests. Records what it saw."""
+
+    def __init__(self, box: bool):
+        ctx = zmq.Context.instance()
+        self.router, self.pull = ctx.socket(zmq.ROUTER), ctx.socket(zmq.PULL)
+        for s in (self.router, self.pull):
+            s.setsockopt(zmq.LINGER, 0)
+        self.inference = f"tcp://127.0.0.1:{self.router.bind_to_random_port('tcp://127.0.0.1')}"
+        self.samples = f"tcp://127.0.0.1:{self.pull.bind_to_random_port('tcp://127.0.0.1')}"
+        self.box = box
+        self.versions: list[int] = []  # version given with the k-th answer
+        self.carry_mismatches = 0  # requests whose carry was not the steps into the episode
+
+    def serve(self, n_segments: int, actor: Actor, timeout_s: float = 60.0) -> list:
+        thread = threading.Thread(target=actor.run, kwargs={"max_segments": n_segments},
+                                  daemon=True)
+        thread.start()
+        segments, deadline = [], time.monotonic() + timeout_s
+        poller = zmq.Poller()
+        poller.register(self.router, zmq.POLLIN)
+        poller.register(self.pull, zmq.POLLIN)
+        while len(segments) < n_segments:
+            assert time.monotonic() < deadline, "the actor sent too few segments"
+            ready = dict(poller.poll(100))
+            if self.pull in ready:
+                segments.append(wire.decode(self.pull.recv_multipart()))
+            if self.router in ready:
+                identity, *frames = self.router.recv_multipart()
+                msg = wire.decode(frames)
+                count = msg.arrays["obs"][:, 0]
+                n = len(count)
+                carry = msg.arrays["carry/0"]
+                self.carry_mismatches += int(np.any(carry[:, 0] != count))
+                version = len(self.versions) // 3
+                self.versions.append(version)
+                action = ((ACTION_OFFSET + count)[:, None].astype(np.float32) if self.box
+                          else np.ones(n, np.int32))
+                reply = {"action": action, "logp": -count.astype(np.float32),
+                         "carry/0": carry + 1}
+                self.router.send_multipart([identity] + wire.encode(
+                    "action", reply, {"group": msg.meta["group"], "version": version}))
+        thread.join(10)
+        return segments
+
+    def close(self):
+        self.router.close()
+        self.pull.close()
+
+
+def actor_spec(env: str, server: FakeServer, envs_per_group: int) -> dict:
+    return {"actor_id": 0, "run_id": 1, "env": env, "env_kwargs": {},
+            "envs_per_group": envs_per_group, "ring_size": 1, "segment_length": T, "seed": 0,
+            "streams": [{"policy": "p", "team": None, "inference_address": server.inference,
+                         "sample_address": server.samples}],
+            "carry_spec": [["carry/0", "float32", [1]]], "timeout_s": 30.0}
+
+
+@pytest.fixture
+def box_server():
+    server = FakeServer(box=True)
+    yield server
+    server.close()
+
+
+def test_segments_of_a_single_agent_counter_env(box_server):
+    """Over 3 segments of 2 rows: observations and bootstrap observations, flags,
+    ``final_obs`` only on truncated steps, the unclipped Box action (the env saw the
+    clipped one: reward 1), logp, per-step version tags, the segment's first carry and
+    the carry zeroed after every episode end; no ``valid`` array (single-agent)."""
+    n_seg, rows = 3, 2
+    actor = Actor(actor_spec("jaxsrl_test/Counter-v0", box_server, rows))
+    try:
+        segments = box_server.serve(n_seg, actor)
+    finally:
+        actor.close()
+    space = CounterEnv.observation_space
+    schema = segment_schema(space, CounterEnv.action_space, T,
+                            carry=None) | {"carry/0": wire.ArraySpec("float32", (None, 1))}
+    refs = [simulate(r % 3, n_seg * T) for r in range(rows)]  # env r is seeded 0 + r
+    assert box_server.carry_mismatches == 0
+    for j, msg in enumerate(segments):
+        assert wire.check_rows(msg.arrays, schema, "segment") == rows  # strict: no extra arrays
+        a = msg.arrays
+        steps = slice(j * T, (j + 1) * T)
+        for r, ref in enumerate(refs):
+            np.testing.assert_array_equal(a["obs"][r], ref["obs"][j * T: (j + 1) * T + 1])
+            np.testing.assert_array_equal(a["terminated"][r], ref["terminated"][steps])
+            np.testing.assert_array_equal(a["truncated"][r], ref["truncated"][steps])
+            np.testing.assert_array_equal(a["final_obs"][r], ref["final_obs"][steps])
+            count = ref["obs"][steps, 0]
+            np.testing.assert_array_equal(a["action"][r, :, 0], ACTION_OFFSET + count)
+            np.testing.assert_array_equal(a["reward"][r], np.ones(T, np.float32))
+            np.testing.assert_array_equal(a["logp"][r], -count)
+            np.testing.assert_array_equal(a["carry/0"][r], [ref["obs"][j * T, 0]])
+        np.testing.assert_array_equal(a["version"], np.broadcast_to(
+            np.array(box_server.versions[steps], np.int32), (rows, T)))
+    assert any(ref["truncated"][: n_seg * T].any() and ref["terminated"][: n_seg * T].any()
+               for ref in refs)  # both kinds of episode end were exercised
+
+
+def test_idle_rows_of_absent_agents_are_flagged(monkeypatch):
+    """A multi-agent env whose second agent is absent from odd episodes: its row's
+    steps there are sent with ``valid`` False (zero observations and rewards), every
+    other step True; the segment passes the trainer's strict schema with ``idle_rows``."""
+    monkeypatch.setitem(envs.MULTI_AGENT_ENVS, "jaxsrl_test_team_counter",
+                        ("test_actor_segments", {}))
+    assert envs.env_has_idle_rows("jaxsrl_test_team_counter")
+    assert not envs.env_has_idle_rows("jaxsrl_test/Counter-v0")
+    server = FakeServer(box=False)
+    actor = Actor(actor_spec("jaxsrl_test_team_counter", server, 1))
+    try:
+        segments = server.serve(3, actor)
+    finally:
+        actor.close()
+        server.close()
+    space = TeamCounter().observation_space("a_0")
+    schema = segment_schema(space, gymnasium.spaces.Discrete(2), T, idle_rows=True) | {
+        "carry/0": wire.ArraySpec("float32", (None, 1))}
+    saw_idle = False
+    for msg in segments:
+        a = msg.arrays
+        assert wire.check_rows(a, schema, "segment") == 2
+        episode = a["obs"][0, :T, 1]  # row 0 (always present) knows the episode
+        np.testing.assert_array_equal(a["valid"][0], np.ones(T, bool))
+        np.testing.assert_array_equal(a["valid"][1], episode % 2 == 0)
+        idle = ~a["valid"][1]
+        saw_idle |= bool(idle.any())
+        assert np.all(a["reward"][1][idle] == 0) and np.all(a["obs"][1, :T][idle] == 0)
+    assert saw_idle

@@ -1,0 +1,133 @@
+"""Grab and lock as released (mae:wrappers/manipulation.py), on hand-built arenas.
+
+Agents face +x unless stated; a 0.5 m cube at x = c is at a centre-to-surface
+distance of c - 0.25 from an agent at the origin. ``env.held`` / ``env.lock_team``
+read the state; box rows end with the lock flags (you_locked, team_locked, obj_locked).
+"""
+
+import numpy as np
+import pytest
+
+from jaxsrl.envs.hide_and_seek import Layout, make_env, outer_walls
+
+NOOP = [5, 5, 5, 0, 0]
+GRAB, LOCK = [5, 5, 5, 1, 0], [5, 5, 5, 0, 1]
+CUBE = [0.5, 0.5, 0.5]
+
+
+def setup(hiders, seekers, boxes=(), ramps=(), variant="quadrant", seed=None):
+    env = make_env(variant, n_hiders=(1, 2), n_seekers=(1, 2), horizon=60, prep_fraction=0.0)
+    if seed is not None:
+        env.reset(seed=seed)
+    layout = Layout(outer_walls(env.config), hiders, seekers, boxes, [CUBE] * len(boxes), ramps)
+    obs, _ = env.reset(options={"layout": layout})
+    return env, obs
+
+
+@pytest.mark.parametrize(
+    "box_x,yaw,grabbed",
+    [
+        (0.25 + 0.2, 0.0, True),  # centre -> surface 0.2 m, in view: grabbed
+        (0.25 + 0.3, 0.0, False),  # 0.3 m: out of reach (surface to surface it is only 0.15 m)
+        (0.25 + 0.1, np.pi, False),  # within reach but behind the agent: not visible
+    ],
+)
+def test_grab_reach_is_centre_to_cuboid_surface_and_needs_sight(box_x, yaw, grabbed):
+    env, obs = setup([(0.0, 0.0, yaw)], [(-2.0, -2.0, np.pi)], boxes=[(box_x, 0.0, 0.0)])
+    assert obs["hider_0"]["boxes_mask"][0] == float(yaw == 0.0)
+    env.step({"hider_0": GRAB})
+    assert env.held[0] == (0 if grabbed else -1)
+
+
+def test_grabbed_box_follows_and_release():
+    env, _ = setup([(0.0, 0.0, 0.0)], [(-2.0, -2.0, np.pi)], boxes=[(0.45, 0.0, 0.0)])
+    for _ in range(4):
+        obs, *_ = env.step({"hider_0": [0, 5, 5, 1, 0]})  # pull back along -x while holding
+    assert obs["hider_0"]["boxes"][0, 0] < 0.0  # the box came along
+    env.step({"hider_0": NOOP})
+    assert env.held[0] == -1
+
+
+def test_grab_drops_when_the_object_leaves_view():
+    # Box at 60 deg (inside the 67.5 deg half-cone); spinning at full torque the held box
+    # lags until it leaves the cone, and the grab is re-checked every step (the old latch kept it).
+    b = np.deg2rad(60)
+    env, _ = setup([(0.0, 0.0, 0.0)], [(-2.5, -2.5, np.pi)], boxes=[(0.42 * np.cos(b), 0.42 * np.sin(b), 0.0)])
+    env.step({"hider_0": GRAB})
+    assert env.held[0] == 0
+    held = []
+    for _ in range(5):
+        obs, *_ = env.step({"hider_0": [5, 5, 0, 1, 0]})
+        held.append(int(env.held[0]))
+    assert held[-1] == -1 and obs["hider_0"]["boxes_mask"][0] == 0.0
+
+
+def test_grab_switches_to_the_closest_object():
+    env, _ = setup([(0.0, 0.0, 0.0)], [(-2.5, -2.5, np.pi)], boxes=[(0.5, 0.3, 0.0), (0.48, -0.3, 0.0)])
+    env.step({"hider_0": GRAB})
+    assert env.held[0] == 1  # 0.23 m vs 0.25 m: the closer one
+    env, _ = setup([(0.0, 0.0, 0.0)], [(-2.5, -2.5, np.pi)], boxes=[(0.47, 0.3, 0.0), (0.48, -0.3, 0.0)])
+    env.step({"hider_0": GRAB})
+    assert env.held[0] == 0
+
+
+def test_lock_is_held_while_pressed_and_released_without_press():
+    env, _ = setup([(-0.45, 0.0, 0.0)], [(2.0, 2.0, np.pi)], boxes=[(0.0, 0.0, 0.0)])
+    for _ in range(3):
+        obs, *_ = env.step({"hider_0": LOCK})
+        assert env.lock_team.tolist() == [0]
+    assert obs["hider_0"]["boxes"][0, 9:12].tolist() == [1.0, 1.0, 1.0]
+    obs, *_ = env.step({"hider_0": NOOP})  # in reach, seeing it, not pressing: unlocks (old: toggle kept it)
+    assert env.lock_team.tolist() == [-1]
+    assert obs["hider_0"]["boxes"][0, 9:12].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_lock_stays_when_the_locker_walks_away_and_a_teammate_can_unlock():
+    env, _ = setup([(-0.45, 0.0, 0.0), (-2.0, 1.0, 0.0)], [(2.5, 2.5, np.pi)], boxes=[(0.0, 0.0, 0.0)])
+    env.step({"hider_0": LOCK})
+    for _ in range(2):  # hider_0 backs off still pressing, then lets go out of reach
+        env.step({"hider_0": [0, 5, 5, 0, 1]})
+    for _ in range(3):  # nobody of the team is in reach to decide: the lock holds
+        obs, *_ = env.step({"hider_0": NOOP})
+    assert env.lock_team.tolist() == [0]
+    assert obs["hider_1"]["boxes"][0, 9:12].tolist() == [0.0, 1.0, 1.0]  # team lock, not "you"
+    env, _ = setup([(-0.45, 0.0, 0.0), (0.0, -0.45, np.pi / 2)], [(2.5, 2.5, np.pi)], boxes=[(0.0, 0.0, 0.0)])
+    env.step({"hider_0": LOCK, "hider_1": LOCK})
+    env.step({"hider_0": LOCK, "hider_1": LOCK})
+    assert env.lock_team.tolist() == [0]
+    env.step({"hider_0": LOCK, "hider_1": NOOP})  # a teammate in reach not pressing unlocks it
+    assert env.lock_team.tolist() == [-1]
+
+
+def test_only_the_locking_team_can_unlock():
+    env, _ = setup([(-0.45, 0.0, 0.0)], [(0.45, 0.0, np.pi)], boxes=[(0.0, 0.0, 0.0)])
+    env.step({"hider_0": LOCK, "seeker_0": NOOP})  # agent 0's team decides a fresh box
+    assert env.lock_team.tolist() == [0]
+    env.step({"hider_0": [0, 5, 5, 0, 1], "seeker_0": NOOP})  # the hider backs off, pressing
+    for act in (NOOP, LOCK, NOOP):  # the seeker, in reach and seeing it, cannot undo it
+        env.step({"hider_0": NOOP, "seeker_0": act})
+    assert env.lock_team.tolist() == [0]
+
+
+def test_the_locker_is_drawn_among_the_pressers():
+    teams = set()
+    for seed in range(12):
+        env, _ = setup([(-0.45, 0.0, 0.0)], [(0.45, 0.0, np.pi)], boxes=[(0.0, 0.0, 0.0)], seed=seed)
+        env.step({"hider_0": LOCK, "seeker_0": LOCK})
+        teams.add(int(env.lock_team[0]))
+    assert teams == {0, 1}
+
+
+def test_locked_objects_can_be_grabbed_and_do_not_move():
+    env, _ = setup([(-0.45, 0.0, 0.0), (0.0, -0.45, np.pi / 2)], [(2.5, 2.5, np.pi)], boxes=[(0.0, 0.0, 0.0)])
+    for _ in range(10):
+        obs, *_ = env.step({"hider_0": [10, 5, 5, 0, 1], "hider_1": [5, 5, 5, 1, 1]})  # push it while locked
+    assert env.lock_team.tolist() == [0] and env.held[1] == 0
+    np.testing.assert_allclose(obs["hider_0"]["boxes"][0, :2], [0.0, 0.0], atol=5e-3)
+
+
+@pytest.mark.parametrize("variant,lockable", [("quadrant", False), ("full", True)])
+def test_ramps_lock_only_in_the_full_game(variant, lockable):
+    env, _ = setup([(-0.4, 0.0, 0.0)], [(2.5, 2.5, np.pi)], ramps=[(0.0, 0.0, 0.0)], variant=variant)
+    env.step({"hider_0": LOCK})
+    assert env.lock_team.tolist() == ([0] if lockable else [-1])
