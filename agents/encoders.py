@@ -173,9 +173,13 @@ class EncoderActorCritic(nn.Module):
 
 
 def actor_critic(obs_space: gymnasium.spaces.Space, head: networks.ActionHead,
-                 hidden_sizes: Sequence[int], activation: str
-                 ) -> tuple[nn.Module, Callable[[Any], Any]]:
+                 hidden_sizes: Sequence[int], activation: str, shared_torso: bool = False,
+                 init: str = "orthogonal") -> tuple[nn.Module, Callable[[Any], Any]]:
     """The feed-forward actor-critic for ``obs_space`` and how to feed it.
+
+    Vector observations get separate policy and value MLPs (``networks.ActorCritic``),
+    or with ``shared_torso`` one MLP torso under both heads
+    (``networks.SharedActorCritic``); ``init`` as ``networks._dense``.
 
     Returns:
       ``(net, net_input)``: ``net`` is an ``EncoderActorCritic`` when the space holds an
@@ -190,7 +194,8 @@ def actor_critic(obs_space: gymnasium.spaces.Space, head: networks.ActionHead,
     if any(leaf.image for leaf in layout):
         net = EncoderActorCritic(head, layout, tuple(hidden_sizes), activation)
         return net, lambda obs: obs
-    net = networks.ActorCritic(head, tuple(hidden_sizes), activation)
+    cls = networks.SharedActorCritic if shared_torso else networks.ActorCritic
+    net = cls(head, tuple(hidden_sizes), activation, init)
     return net, lambda obs: networks.flatten_observation(obs, obs_space)
 
 

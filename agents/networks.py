@@ -211,12 +211,22 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 
 
-def _dense(features: int, scale: float) -> nn.Dense:
-    # CleanRL's layer_init: orthogonal weights with gain `scale`, zero bias.
-    return nn.Dense(
-        features, kernel_init=nn.initializers.orthogonal(scale),
-        bias_init=nn.initializers.zeros,
-    )
+INITS = ("orthogonal", "torch_default")
+
+
+def _dense(features: int, scale: float, init: str = "orthogonal") -> nn.Dense:
+    """A dense layer with zero bias and weights initialised as ``init`` names.
+
+    ``orthogonal``: CleanRL's ``layer_init``, orthogonal weights with gain ``scale``.
+    ``torch_default``: PyTorch's ``nn.Linear`` default, ``U(+-1/sqrt(fan_in))``
+    (``scale`` ignored), as Sample Factory's ``policy_initialization=torch_default``,
+    which also zeroes the biases.
+    """
+    if init == "torch_default":
+        kernel = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+    else:
+        kernel = nn.initializers.orthogonal(scale)
+    return nn.Dense(features, kernel_init=kernel, bias_init=nn.initializers.zeros)
 
 
 class MLP(nn.Module):
@@ -230,13 +240,66 @@ class MLP(nn.Module):
     out_features: int
     out_scale: float
     activation: str = "tanh"
+    init_scheme: str = "orthogonal"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
         for size in self.hidden_sizes:
-            x = act(_dense(size, math.sqrt(2.0))(x))
-        return _dense(self.out_features, self.out_scale)(x)
+            x = act(_dense(size, math.sqrt(2.0), self.init_scheme)(x))
+        return _dense(self.out_features, self.out_scale, self.init_scheme)(x)
+
+
+class Torso(nn.Module):
+    """``len(hidden_sizes)`` dense+activation layers (no output layer); ``[..., D] -> [..., H]``."""
+
+    hidden_sizes: Sequence[int]
+    activation: str = "tanh"
+    init_scheme: str = "orthogonal"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = ACTIVATIONS[self.activation]
+        for size in self.hidden_sizes:
+            x = act(_dense(size, math.sqrt(2.0), self.init_scheme)(x))
+        return x
+
+
+class SharedActorCritic(nn.Module):
+    """One MLP torso shared by a linear policy head and a linear value head.
+
+    Sample Factory's default feed-forward model (``actor_critic_share_weights=True``:
+    encoder MLP, then ``critic_linear`` and the action parameterisation; its
+    ``sample_factory/model/actor_critic.py``). Same interface as :class:`ActorCritic`;
+    the value head's output layer is ``value_out`` (PopArt rescales it).
+    """
+
+    head: ActionHead
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    init_scheme: str = "orthogonal"
+
+    def setup(self):
+        head = self.head
+        out = sum(head.sizes) if head.kind == "multi_categorical" else head.sizes[0]
+        self.torso = Torso(self.hidden_sizes, self.activation, self.init_scheme)
+        self.policy_out = _dense(out, 0.01, self.init_scheme)
+        self.value_out = _dense(1, 1.0, self.init_scheme)
+        if head.kind == "gaussian":
+            self.log_std = self.param("log_std", nn.initializers.zeros, (head.sizes[0],))
+
+    def _dist(self, h: jax.Array) -> Distribution:
+        return logits_to_distribution(self.policy_out(h), self.head, getattr(self, "log_std", None))
+
+    def policy(self, x: jax.Array) -> Distribution:
+        return self._dist(self.torso(x))
+
+    def value(self, x: jax.Array) -> jax.Array:
+        return self.value_out(self.torso(x))[..., 0]
+
+    def __call__(self, x: jax.Array) -> tuple[Distribution, jax.Array]:
+        h = self.torso(x)
+        return self._dist(h), self.value_out(h)[..., 0]
 
 
 class ActorCritic(nn.Module):
@@ -249,12 +312,13 @@ class ActorCritic(nn.Module):
     head: ActionHead
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
+    init_scheme: str = "orthogonal"
 
     def setup(self):
         head = self.head
         out = sum(head.sizes) if head.kind == "multi_categorical" else head.sizes[0]
-        self.policy_net = MLP(self.hidden_sizes, out, 0.01, self.activation)
-        self.value_net = MLP(self.hidden_sizes, 1, 1.0, self.activation)
+        self.policy_net = MLP(self.hidden_sizes, out, 0.01, self.activation, self.init_scheme)
+        self.value_net = MLP(self.hidden_sizes, 1, 1.0, self.activation, self.init_scheme)
         if head.kind == "gaussian":
             self.log_std = self.param("log_std", nn.initializers.zeros, (head.sizes[0],))
 

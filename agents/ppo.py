@@ -103,6 +103,13 @@ class PPOConfig:
     the statistics change, the head's last layer is rescaled so its unnormalised output
     is preserved (PopArt, van Hasselt et al. 2016; ``agents.ppo_loss.pop_art_preserve``)."""
     kl_coef: float = 0.0
+    shared_torso: bool = False
+    """Vector observations: one MLP torso under the policy and value heads (Sample
+    Factory's default, ``actor_critic_share_weights``) instead of two MLPs (CleanRL)."""
+    init: str = "orthogonal"
+    """Weight initialisation of the MLPs: ``orthogonal`` (CleanRL: gain sqrt(2), 0.01 for
+    the policy output, 1 for the value) or ``torch_default`` (PyTorch's ``nn.Linear``
+    default with zero biases, Sample Factory's ``policy_initialization=torch_default``)."""
     value_clip_eps: float = 0.0
     """Value clipping range around the pre-update values, in the value head's units
     (0: ``clip_eps``). Sample Factory's ``ppo_clip_value`` (1.0)."""
@@ -129,6 +136,8 @@ class PPOConfig:
         if self.network == "entity_lstm" and width % self.attention_heads:
             raise ValueError(f"entity width {width} is not divisible by ppo.attention_heads="
                              f"{self.attention_heads}")
+        if self.init not in networks.INITS:
+            raise ValueError(f"ppo.init={self.init!r}; valid: {', '.join(networks.INITS)}")
         if self.network not in ("mlp", "entity_lstm"):
             raise ValueError(f"ppo.network={self.network!r}; valid: 'mlp', 'entity_lstm'")
 
@@ -182,7 +191,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
     # Dict -> Nature CNN per image key + flattened other keys (agents/encoders.py).
     net, net_input = encoders.actor_critic(
         obs_space, networks.head_for_space(spec.action_space), config.hidden_sizes,
-        config.activation)
+        config.activation, config.shared_torso, config.init)
     unroll = encoders.scan_unroll(net)  # CNN gradients are slow inside XLA:CPU loops
     steps_per_update = config.num_epochs * config.num_minibatches
     optimiser, learning_rate = clipped_adam(config.learning_rate, config.anneal_lr,
@@ -222,7 +231,8 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         return _unscale(params, net.apply(params["net"], _obs(params, obs), method="value"))
 
     # The value head's output layer (rescaled by PopArt when the return statistics move).
-    value_layer = ("params", "value_net", f"Dense_{len(config.hidden_sizes)}")
+    value_layer = (("params", "value_out") if isinstance(net, networks.SharedActorCritic)
+                   else ("params", "value_net", f"Dense_{len(config.hidden_sizes)}"))
 
     def loss_fn(variables, batch: _Batch):
         # batch.obs is already normalised; return_/old_value are in the value head's units.

@@ -63,6 +63,8 @@ def _sharpen(params, recurrent):
     net = params["net"]
     if recurrent:
         net = replace_at(net, ("params", "pi_out", "kernel"), lambda k: k * 20.0)
+    elif "policy_out" in net["params"]:  # shared torso
+        net = replace_at(net, ("params", "policy_out", "kernel"), lambda k: k * 20.0)
     else:
         layers = get_at(net, ("params", "policy_net"))
         last = sorted(layers, key=lambda n: int(n.split("_")[1]))[-1]
@@ -102,18 +104,21 @@ def on_policy_batch(fns, params, spec, seed=0):
                       policy_version=np.zeros((B, T), np.int32), carry=carry0)
 
 
+SHARED = dict(shared_torso=True, init="torch_default")  # Sample Factory's MLP
 CASES = [(name, False, norm) for name in MLP_SPECS for norm in (False, True)]
+CASES += [("box_shared", False, True)]
 CASES += [("hide_and_seek", True, norm) for norm in (False, True)]
 
 
 @pytest.mark.parametrize("name,recurrent,norm", CASES)
 def test_on_policy_data_at_zero_learning_rate_gives_ratio_one_and_centred_value_clip(
         name, recurrent, norm):
-    spec = hs_spec() if recurrent else MLP_SPECS[name]
+    spec = hs_spec() if recurrent else MLP_SPECS[name.removesuffix("_shared")]
+    extra = SHARED if name.endswith("_shared") else {}
     metrics = {}
     for clip in (True, False):
-        fns = ppo.make(_config(recurrent, norm, learning_rate=TINY_LR, clip_value_loss=clip),
-                       spec, num_updates=10)
+        fns = ppo.make(_config(recurrent, norm, learning_rate=TINY_LR, clip_value_loss=clip,
+                               **extra), spec, num_updates=10)
         state = jax.jit(fns.init)(jax.random.PRNGKey(0))
         state = state._replace(params=_sharpen(state.params, recurrent))
         traj = on_policy_batch(fns, state.params, spec)
