@@ -128,10 +128,12 @@ def env_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[Any, Any]:
 
 def env_has_idle_rows(env_id: str) -> bool:
     """Whether ``env_id``'s actor groups report per-row validity (``StepResult.valid``):
-    True for the multi-agent environments (agents may be absent from an episode), whose
-    segments then carry ``valid`` flags; single-agent traffic carries none."""
+    True for the multi-agent environments, ours and a user's ``module:factory`` (agents
+    may be absent from an episode), whose segments then carry ``valid`` flags;
+    single-agent traffic carries none. Must agree with the actor's env group
+    (``MultiAgentVectorEnv.has_idle_rows``), or the trainer drops every segment."""
     check_env_name(env_id)
-    return env_id in MULTI_AGENT_ENVS
+    return multi_agent_factory(env_id) is not None
 
 
 def env_teams(env_id: str, env_kwargs: dict | None = None) -> list:
