@@ -250,6 +250,18 @@ class MLP(nn.Module):
         return _dense(self.out_features, self.out_scale, self.init_scheme)(x)
 
 
+def policy_outputs(head: ActionHead) -> int:
+    """Width of the policy network's output for ``head``: logits, or Gaussian means."""
+    return sum(head.sizes) if head.kind == "multi_categorical" else head.sizes[0]
+
+
+def add_log_std(module: nn.Module, head: ActionHead) -> None:
+    """Give ``module`` (in its ``setup``) the learned state-independent ``log_std [A]``
+    of a Gaussian head, initialised to 0 (std 1); nothing for other heads."""
+    if head.kind == "gaussian":
+        module.log_std = module.param("log_std", nn.initializers.zeros, (head.sizes[0],))
+
+
 class Torso(nn.Module):
     """``len(hidden_sizes)`` dense+activation layers (no output layer); ``[..., D] -> [..., H]``."""
 
@@ -280,13 +292,10 @@ class SharedActorCritic(nn.Module):
     init_scheme: str = "orthogonal"
 
     def setup(self):
-        head = self.head
-        out = sum(head.sizes) if head.kind == "multi_categorical" else head.sizes[0]
         self.torso = Torso(self.hidden_sizes, self.activation, self.init_scheme)
-        self.policy_out = _dense(out, 0.01, self.init_scheme)
+        self.policy_out = _dense(policy_outputs(self.head), 0.01, self.init_scheme)
         self.value_out = _dense(1, 1.0, self.init_scheme)
-        if head.kind == "gaussian":
-            self.log_std = self.param("log_std", nn.initializers.zeros, (head.sizes[0],))
+        add_log_std(self, self.head)
 
     def _dist(self, h: jax.Array) -> Distribution:
         return logits_to_distribution(self.policy_out(h), self.head, getattr(self, "log_std", None))
@@ -315,12 +324,10 @@ class ActorCritic(nn.Module):
     init_scheme: str = "orthogonal"
 
     def setup(self):
-        head = self.head
-        out = sum(head.sizes) if head.kind == "multi_categorical" else head.sizes[0]
-        self.policy_net = MLP(self.hidden_sizes, out, 0.01, self.activation, self.init_scheme)
+        self.policy_net = MLP(self.hidden_sizes, policy_outputs(self.head), 0.01, self.activation,
+                              self.init_scheme)
         self.value_net = MLP(self.hidden_sizes, 1, 1.0, self.activation, self.init_scheme)
-        if head.kind == "gaussian":
-            self.log_std = self.param("log_std", nn.initializers.zeros, (head.sizes[0],))
+        add_log_std(self, self.head)
 
     def policy(self, x: jax.Array) -> Distribution:
         return logits_to_distribution(self.policy_net(x), self.head, getattr(self, "log_std", None))

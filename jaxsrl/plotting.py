@@ -119,9 +119,9 @@ def smooth(y: np.ndarray, weight: float) -> np.ndarray:
     return out
 
 
-def aggregate(curves: list, points: int = 200):
-    """Mean and std of several ``(x, y)`` curves on a common grid over the x range all
-    of them cover; ``None`` if fewer than two curves or no overlap."""
+def _on_common_grid(curves: list, points: int):
+    """``(grid, ys [runs, points])``: the curves interpolated on the x range all of them
+    cover, or ``None`` if fewer than two curves or no overlap."""
     curves = [(x, y) for x, y in curves if len(x) >= 2]
     if len(curves) < 2:
         return None
@@ -130,22 +130,26 @@ def aggregate(curves: list, points: int = 200):
     if not hi > lo:
         return None
     grid = np.linspace(lo, hi, points)
-    ys = np.stack([np.interp(grid, x, y) for x, y in curves])
+    return grid, np.stack([np.interp(grid, x, y) for x, y in curves])
+
+
+def aggregate(curves: list, points: int = 200):
+    """Mean and std of several ``(x, y)`` curves on a common grid over the x range all
+    of them cover; ``None`` if fewer than two curves or no overlap."""
+    common = _on_common_grid(curves, points)
+    if common is None:
+        return None
+    grid, ys = common
     return grid, ys.mean(0), ys.std(0)
 
 
 def aggregate_median(curves: list, points: int = 200):
     """Median, minimum and maximum of several curves on the common grid of ``aggregate``:
     ``(grid, median, lo, hi)``, or ``None`` as there."""
-    curves = [(x, y) for x, y in curves if len(x) >= 2]
-    if len(curves) < 2:
+    common = _on_common_grid(curves, points)
+    if common is None:
         return None
-    lo = max(x.min() for x, _ in curves)
-    hi = min(x.max() for x, _ in curves)
-    if not hi > lo:
-        return None
-    grid = np.linspace(lo, hi, points)
-    ys = np.stack([np.interp(grid, x, y) for x, y in curves])
+    grid, ys = common
     return grid, np.median(ys, 0), ys.min(0), ys.max(0)
 
 
