@@ -47,7 +47,8 @@ class RunConfig:
     """Stop after this many environment frames (all actors together). A lower bound: the
     run stops at the first check at or past it, so it overshoots by the segments in
     flight then (more on a loaded machine); a --resume needs a larger value than the
-    checkpoint's ``env_steps`` to train at all."""
+    checkpoint's ``env_steps`` to train at all. It counts env frames, not updates: a
+    tiny budget can end before a learner's first update (compile included) is done."""
     num_actors: int = 2
     """Actor processes (of the default dataflow)."""
     envs_per_actor: int = 32
