@@ -229,6 +229,15 @@ def _dense(features: int, scale: float, init: str = "orthogonal") -> nn.Dense:
     return nn.Dense(features, kernel_init=kernel, bias_init=nn.initializers.zeros)
 
 
+def _hidden_layers(x: jax.Array, hidden_sizes: Sequence[int], activation: str, init: str) -> jax.Array:
+    """Dense (gain sqrt(2)) + activation per hidden size; call inside a compact method, so
+    the layers belong to (and are named ``Dense_i`` in) the calling module."""
+    act = ACTIVATIONS[activation]
+    for size in hidden_sizes:
+        x = act(_dense(size, math.sqrt(2.0), init)(x))
+    return x
+
+
 class MLP(nn.Module):
     """``len(hidden_sizes)`` dense+activation layers, then a linear output layer.
 
@@ -244,9 +253,7 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        act = ACTIVATIONS[self.activation]
-        for size in self.hidden_sizes:
-            x = act(_dense(size, math.sqrt(2.0), self.init_scheme)(x))
+        x = _hidden_layers(x, self.hidden_sizes, self.activation, self.init_scheme)
         return _dense(self.out_features, self.out_scale, self.init_scheme)(x)
 
 
@@ -271,10 +278,7 @@ class Torso(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        act = ACTIVATIONS[self.activation]
-        for size in self.hidden_sizes:
-            x = act(_dense(size, math.sqrt(2.0), self.init_scheme)(x))
-        return x
+        return _hidden_layers(x, self.hidden_sizes, self.activation, self.init_scheme)
 
 
 class SharedActorCritic(nn.Module):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from agents.returns import bootstrap_values, gae
+from episode_pieces import episode_pieces  # tests/episode_pieces.py
 
 GAMMA, LAM = 0.9, 0.8
 
@@ -111,16 +112,6 @@ def test_batch_columns_are_independent():
     adv1, _ = run_gae(col(reward), col(terminated), col(truncated), col(v_obs),
                       col(v_final))
     chex.assert_trees_all_close(adv[:, 1:2], adv1, rtol=1e-6)
-
-
-def episode_pieces(done_column):
-    """``[(start, end), ...]`` inclusive step ranges of one column, cut after each done."""
-    pieces, start = [], 0
-    for t, d in enumerate(done_column):
-        if d or t == len(done_column) - 1:
-            pieces.append((start, t))
-            start = t + 1
-    return pieces
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -7,6 +7,7 @@ import pytest
 
 from agents.returns import bootstrap_values, gae
 from agents.vtrace import vtrace
+from episode_pieces import episode_pieces  # tests/episode_pieces.py
 
 
 def reference(v_obs, v_final, r, terminated, truncated, log_rho, gamma, lam,
@@ -150,16 +151,6 @@ def test_targets_carry_no_gradient():
         return out.vs.sum() + out.pg_advantage.sum()
 
     np.testing.assert_array_equal(np.asarray(jax.grad(f)(jnp.asarray(v_obs))), 0.0)
-
-
-def episode_pieces(done_column):
-    """``[(start, end), ...]`` inclusive step ranges of one column, cut after each done."""
-    pieces, start = [], 0
-    for t, d in enumerate(done_column):
-        if d or t == len(done_column) - 1:
-            pieces.append((start, t))
-            start = t + 1
-    return pieces
 
 
 @pytest.mark.parametrize("seed, lam, clip_rho, clip_pg_rho", [

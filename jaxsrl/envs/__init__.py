@@ -130,10 +130,10 @@ def env_has_idle_rows(env_id: str) -> bool:
     """Whether ``env_id``'s actor groups report per-row validity (``StepResult.valid``):
     True for the multi-agent environments, ours and a user's ``module:factory`` (agents
     may be absent from an episode), whose segments then carry ``valid`` flags;
-    single-agent traffic carries none. Must agree with the actor's env group
-    (``MultiAgentVectorEnv.has_idle_rows``), or the trainer drops every segment."""
+    single-agent traffic carries none. The actor and the trainer both ask this, so the
+    segments and the trainer's schema cannot disagree."""
     check_env_name(env_id)
-    return multi_agent_factory(env_id) is not None
+    return is_multi_agent(env_id)
 
 
 def env_teams(env_id: str, env_kwargs: dict | None = None) -> list:

@@ -31,7 +31,7 @@ class StepResult(NamedTuple):
         plus optional extra statistics (``"team"``, ``"stats/..."``).
       valid: ``[rows]`` bool, the row's agent took part in this step (False: an idle
         row of an agent absent from the episode), or ``None`` for groups whose rows are
-        never idle (single-agent groups; see ``has_idle_rows``).
+        never idle (single-agent groups; see ``jaxsrl.envs.env_has_idle_rows``).
     """
 
     obs: dict

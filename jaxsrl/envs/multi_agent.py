@@ -35,10 +35,7 @@ class MultiAgentVectorEnv:
     Attributes:
       num_envs, num_rows: environments, and rows (``num_envs * agents_per_env``).
       row_agent, row_team: agent name and team of each row.
-      has_idle_rows: True: every ``StepResult`` carries ``valid`` (rows of absent agents).
     """
-
-    has_idle_rows = True
 
     def __init__(self, module: str | Callable[..., Any], kwargs: dict, num_envs: int, seed: int):
         make_env = importlib.import_module(module).make_env if isinstance(module, str) else module

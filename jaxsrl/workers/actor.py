@@ -19,7 +19,7 @@ Messages (see ``docs/architecture.md``):
                 arrays obs... [n, T+1, ...], final_obs... [n, T, ...], action, reward,
                 terminated, truncated, logp, version [n, T], carry/i... [n, ...], and
                 valid [n, T] (False on idle steps) from groups whose rows can be idle
-                (``env.has_idle_rows``: multi-agent groups; single-agent ones send none)
+                (``jaxsrl.envs.env_has_idle_rows``: multi-agent envs; single-agent ones send none)
 
 Run as ``python -m jaxsrl.workers.actor '<json spec>'`` (the launcher does this).
 While a segment waits for room in the learner's queue (backpressure), the actor sends
@@ -60,7 +60,7 @@ import numpy as np
 import zmq
 
 from jaxsrl import security, wire
-from jaxsrl.envs import make_actor_env
+from jaxsrl.envs import env_has_idle_rows, make_actor_env
 from jaxsrl.envs.spaces import action_leaf
 from jaxsrl.workers.child import die_with_parent, install_stop_signals, write_error
 
@@ -204,7 +204,8 @@ class Stream:
 class Group:
     """One ring slot: its environments, and per stream its rows, carry and segment."""
 
-    def __init__(self, env, streams: list, T: int, carry_spec: list, action: tuple):
+    def __init__(self, env, streams: list, T: int, carry_spec: list, action: tuple,
+                 with_valid: bool = False):
         self.env = env
         self.rows = [s.rows_of(env) for s in streams]
         self.carry = [{name: np.zeros((len(r),) + tuple(shape), dtype) for name, dtype, shape in carry_spec}
@@ -217,7 +218,6 @@ class Group:
             self.obs = env.reset()
         except Exception as exc:
             raise EnvError(f"environment reset raised {type(exc).__name__}: {exc}") from exc
-        with_valid = bool(getattr(env, "has_idle_rows", False))  # rows of absent agents
         self.buffers = [SegmentBuffer(self._slice(self.obs, r), T, action[0], action[1], c, with_valid)
                         for r, c in zip(self.rows, self.carry)]
 
@@ -266,7 +266,8 @@ class Actor:
                 raise EnvError(f"environment construction raised {type(exc).__name__}: {exc}") from exc
             if g == 0:
                 self.action_leaf = action_leaf(env.action_space)
-            self.groups.append(Group(env, self.streams, self.T, carry_spec, self.action_leaf))
+            self.groups.append(Group(env, self.streams, self.T, carry_spec, self.action_leaf,
+                                     env_has_idle_rows(spec["env"])))  # rows of absent agents
         self.timing = {"env_s": 0.0, "wait_s": 0.0}
 
     def _request(self, g: int) -> None:
