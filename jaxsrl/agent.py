@@ -76,6 +76,53 @@ class Trajectory(NamedTuple):
     valid: Any = None
 
 
+@dataclasses.dataclass(frozen=True)
+class ReplaySpec:
+    """What an off-policy agent asks of the replay (buffer) worker.
+
+    The runtime stores the agent's *items* (built by ``AgentFns.to_items`` from each
+    trajectory segment), samples batches of them for ``learn``, writes back the
+    priorities ``learn`` returns, and keeps the replay ratio (Reverb's
+    ``SampleToInsertRatio``; Cassirer et al. 2021).
+
+    Attributes:
+      capacity: items held; the oldest are overwritten first.
+      batch_size: items per ``learn`` call.
+      replay_ratio: items sampled per item inserted (one item per env step for
+        transition replay), so ``learn`` runs ``replay_ratio / batch_size`` times per
+        inserted item. CleanRL's DQN (batch 128, train every 4 steps): 32; SAC (batch
+        256, one update per step): 256.
+      min_fill: items in the buffer before the first ``learn``.
+      prioritised: proportional prioritised replay (Schaul et al. 2016, Sec. 3.3) if
+        True, else uniform.
+      priority_exponent: alpha of ``P(i) = p_i^alpha / sum_k p_k^alpha``.
+      importance_exponent: beta at the first update of the importance-sampling
+        weights ``w_i = (N P(i))^-beta / max_j w_j``; annealed linearly to 1 over the
+        planned updates (Schaul et al. 2016, Sec. 3.4).
+    """
+
+    capacity: int = 100_000
+    batch_size: int = 256
+    replay_ratio: float = 32.0
+    min_fill: int = 1_000
+    prioritised: bool = False
+    priority_exponent: float = 0.6
+    importance_exponent: float = 0.4
+
+
+class ReplayBatch(NamedTuple):
+    """A sampled batch of replay items, as an off-policy ``learn`` receives it.
+
+    Attributes:
+      items: pytree of ``[batch_size, ...]`` leaves, as ``to_items`` built them.
+      weights: ``[batch_size]`` float32 importance-sampling weights (ones for
+        uniform replay).
+    """
+
+    items: PyTree
+    weights: Any
+
+
 class AgentFns(NamedTuple):
     """Pure functions of one agent, built by ``Agent.make``.
 
@@ -83,15 +130,24 @@ class AgentFns(NamedTuple):
       init: ``init(rng) -> state``; ``state.params`` are the policy parameters.
       act: ``act(params, obs, carry, rng) -> (action, carry, extras)`` for a batch of
         ``N`` observations ``[N, *obs]``; ``extras["logp"]`` is ``[N]`` float32.
-      learn: ``learn(state, trajectory, rng) -> (state, metrics)``; ``metrics`` is a
-        flat dict of scalar arrays.
+      learn: on-policy agents: ``learn(state, trajectory, rng) -> (state, metrics)``;
+        ``metrics`` is a flat dict of scalar arrays. Off-policy agents (``replay`` set):
+        ``learn(state, batch: ReplayBatch, rng) -> (state, metrics, priorities)`` with
+        ``priorities`` ``[batch_size]`` float32, non-negative.
       initial_carry: ``initial_carry(n) -> carry`` (``None`` for feed-forward agents).
+      replay: ``None`` for on-policy agents (the learner gets trajectory segments);
+        a :class:`ReplaySpec` for off-policy agents (the learner gets replay batches).
+      to_items: off-policy agents only: ``to_items(trajectory) -> (items, valid)``
+        turns a batch of segments into replay items (``[N, ...]`` leaves) and a
+        ``[N]`` bool mask of the items to insert.
     """
 
     init: Callable[..., Any]
     act: Callable[..., Any]
     learn: Callable[..., Any]
     initial_carry: Callable[[int], PyTree]
+    replay: ReplaySpec | None = None
+    to_items: Callable[..., Any] | None = None
 
 
 class Agent(NamedTuple):
