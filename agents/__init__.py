@@ -1,11 +1,11 @@
 """Agent registry: ``--agent=NAME`` resolves through ``AGENTS``, ``--agent=module:OBJ``
-through an import (any :class:`~jaxsrl.agent.Agent` object in an importable module)."""
+through an import (any :class:`~jaxsrl.core.agent.Agent` object in an importable module)."""
 
 from __future__ import annotations
 
 from agents import impala, ppo
-from jaxsrl.agent import Agent
-from jaxsrl.imports import import_object, is_reference
+from jaxsrl.core.agent import Agent
+from jaxsrl.core.imports import import_object, is_reference
 
 AGENTS: dict[str, Agent] = {
     ppo.AGENT.name: ppo.AGENT,
@@ -29,7 +29,7 @@ def get_agent(name: str, registry: dict[str, Agent] | None = None) -> Agent:
                          "(or package.module:AGENT for your own)")
     agent = import_object(name, "--agent")
     if not isinstance(agent, Agent):
-        raise ValueError(f"--agent={name} is a {type(agent).__name__}, not a jaxsrl.agent.Agent "
+        raise ValueError(f"--agent={name} is a {type(agent).__name__}, not a jaxsrl.core.agent.Agent "
                          "(Agent(name, config_cls, make))")
     if not agent.name.isidentifier():
         raise ValueError(f"--agent={name}: Agent.name={agent.name!r} must be a Python identifier "

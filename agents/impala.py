@@ -36,7 +36,7 @@ from agents.optim import clipped_adam
 from agents.state import LearnerState
 from agents.returns import bootstrap_values
 from agents.vtrace import vtrace
-from jaxsrl.agent import Agent, AgentFns, EnvSpec, Trajectory
+from jaxsrl.core.agent import Agent, AgentFns, EnvSpec, Trajectory
 
 log = logging.getLogger("jaxsrl.impala")
 

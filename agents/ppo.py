@@ -25,7 +25,7 @@ from agents.ppo_loss import (PPOLoss, masked_mean, minibatch_metrics, pop_art_pr
 from agents.ppo_recurrent import make_recurrent
 from agents.returns import bootstrap_values, gae
 from agents.state import LearnerState
-from jaxsrl.agent import Agent, AgentFns, EnvSpec, Trajectory
+from jaxsrl.core.agent import Agent, AgentFns, EnvSpec, Trajectory
 
 __all__ = ["AGENT", "PPOConfig", "PPOLoss", "PPOState", "make", "ppo_loss"]  # loss re-exported
 

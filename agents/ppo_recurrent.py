@@ -32,7 +32,7 @@ from agents import entity_network
 from agents.ppo_loss import (masked_mean, minibatch_metrics, pop_art_preserve, ppo_loss,
                              replace_at, standardise, unstandardise)
 from agents.returns import bootstrap_values, gae
-from jaxsrl.agent import AgentFns, EnvSpec, Trajectory
+from jaxsrl.core.agent import AgentFns, EnvSpec, Trajectory
 
 
 def _unstack_constants(dist):

@@ -15,7 +15,7 @@ from agents import networks
 from agents.optim import clipped_adam
 from agents.returns import bootstrap_values, gae
 from agents.state import LearnerState
-from jaxsrl.agent import Agent, AgentFns
+from jaxsrl.core.agent import Agent, AgentFns
 
 
 @dataclasses.dataclass(frozen=True)

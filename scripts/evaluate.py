@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         print("evaluate.py: error: --video_episode must be in [0, --episodes)", file=sys.stderr)
         return 2
     import gymnasium  # noqa: PLC0415
-    from jaxsrl import evaluation  # noqa: PLC0415  (imports JAX)
+    from jaxsrl.tools import evaluation# noqa: PLC0415  (imports JAX)
     try:
         run = evaluation.load_run(logdir=args.logdir, checkpoint=args.checkpoint,
                                   config_path=args.config, policy=args.policy)

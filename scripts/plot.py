@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from jaxsrl import plotting  # noqa: E402  (no JAX)
+from jaxsrl.tools import plotting# noqa: E402  (no JAX)
 
 
 def main(argv=None) -> int:

@@ -32,10 +32,10 @@ def measured_costs(env: str, config: str, bench: dict, env_seconds: float):
 
     from jaxsrl.bench import agentfns  # noqa: PLC0415
     from jaxsrl.bench.scaling_model import Costs  # noqa: PLC0415
-    from jaxsrl.config import load_config  # noqa: PLC0415
+    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
     from jaxsrl.envs.hide_and_seek.bench import env_steps_per_second  # noqa: PLC0415
-    from jaxsrl.envs.spaces import space_leaves  # noqa: PLC0415
-    from jaxsrl.workers.carry import CarryCodec  # noqa: PLC0415
+    from jaxsrl.streams.spaces import space_leaves  # noqa: PLC0415
+    from jaxsrl.streams.carry import CarryCodec  # noqa: PLC0415
 
     cfg = load_config(["--env", env, "--config", os.path.join(REPO, "configs", config)])
     b = agentfns.build(cfg)
@@ -49,7 +49,7 @@ def measured_costs(env: str, config: str, bench: dict, env_seconds: float):
     n = 256
     leaves = space_leaves(b.observation_space)  # name -> (dtype, shape)
     obs = {k: np.zeros((n,) + shape, dtype) for k, (dtype, shape) in leaves.items()}
-    from jaxsrl.envs.spaces import unflatten_obs  # noqa: PLC0415
+    from jaxsrl.streams.spaces import unflatten_obs  # noqa: PLC0415
     cost = jax.jit(b.fns.act).lower(state.params, unflatten_obs(obs), b.fns.initial_carry(n),
                                     jax.random.PRNGKey(0)).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost

@@ -3,7 +3,7 @@
 Each seed trains in ``DIR/seed_<s>`` (``scripts/train.py TRAIN_ARGS --seed=s``), is then
 evaluated deterministically, and ``DIR/summary.json`` plus a printed table give each
 seed's returns, the first env step and time from launch at which the training return
-reached ``--threshold``, and the medians. See ``jaxsrl/multiseed.py``.
+reached ``--threshold``, and the medians. See ``jaxsrl/tools/multiseed.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from jaxsrl import multiseed  # noqa: E402
+from jaxsrl.tools import multiseed  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(1, os.getcwd())  # --agent/--env module:NAME in this directory, as python -m finds it
 
-from jaxsrl.config import load_config  # noqa: E402
+from jaxsrl.experiment.config import load_config  # noqa: E402
 
 
 def main() -> int:
@@ -31,10 +31,10 @@ def main() -> int:
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2
     import gymnasium  # noqa: PLC0415
-    from jaxsrl.launcher import ComponentDied, train  # noqa: PLC0415  (imports JAX)
+    from jaxsrl.launch.launcher import ComponentDied, train  # noqa: PLC0415  (imports JAX)
     if cfg.launcher == "ray":
         try:
-            from jaxsrl.ray_launcher import train_on_ray as train  # noqa: PLC0415
+            from jaxsrl.launch.ray_placement import train_on_ray as train  # noqa: PLC0415
         except ImportError as exc:
             print(f"train.py: error: {exc}", file=sys.stderr)
             return 2
@@ -52,7 +52,7 @@ def main() -> int:
         # dependency of the environment, --resume without a checkpoint, device counts.
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2
-    from jaxsrl.metrics import return_text, returns_of  # noqa: PLC0415
+    from jaxsrl.experiment.metrics import return_text, returns_of  # noqa: PLC0415
     print(f"done: {record.get('env_steps')} env steps, last {return_text(returns_of(record))}, "
           f"logs in {record['logdir']}")
     return 0

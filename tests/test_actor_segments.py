@@ -1,4 +1,4 @@
-"""The actor's segment building (jaxsrl/workers/actor.py) through its public interface:
+"""The actor's segment building (jaxsrl/workers/actor/worker.py) through its public interface:
 a real ``Actor`` steps counter environments whose every observation says where it is,
 a fake inference server answers over ZeroMQ, and the test reads the segments the actor
 pushes, checking each field against an independent simulation of the counters."""
@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import zmq
 
-from jaxsrl import envs, wire
-from jaxsrl.workers.actor import Actor
-from jaxsrl.workers.trainer import segment_schema
+from jaxsrl import envs
+from jaxsrl.streams import wire
+from jaxsrl.workers.actor.worker import Actor
+from jaxsrl.workers.learner.trainer import segment_schema
 
 T = 5
 ACTION_OFFSET = 5.0  # the fake policy's Box actions lie far outside [-1, 1]

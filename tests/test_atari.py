@@ -8,9 +8,9 @@ import numpy as np
 import psutil
 import pytest
 
-from jaxsrl.config import load_config
+from jaxsrl.experiment.config import load_config
 from jaxsrl.envs import atari, check_env_name, env_spaces, make_actor_env, make_env
-from jaxsrl.launcher import train
+from jaxsrl.launch.launcher import train
 
 pytest.importorskip("ale_py")
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from agents import get_agent
-from jaxsrl.agent import EnvSpec
-from jaxsrl.checkpoint import Checkpointer
+from jaxsrl.core.agent import EnvSpec
+from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.envs import env_spaces
 
 

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from jaxsrl.config import load_config
-from jaxsrl.dataflow import Dataflow, default_dataflow
+from jaxsrl.experiment.config import load_config
+from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
 
 
 def test_defaults_toml_and_flags_resolve_in_order(tmp_path):
@@ -100,7 +100,7 @@ def test_agent_hyperparameters_are_range_checked(flag, match):
 def test_resume_takes_the_runs_own_config_then_the_flags_given_now(tmp_path):
     import json
 
-    from jaxsrl.config import to_dict
+    from jaxsrl.experiment.config import to_dict
     logdir = str(tmp_path / "run")
     first = load_config(["--env=HalfCheetah-v5", "--remote_inference", "--inference_servers=2",
                          "--ppo.learning_rate=0.001", f"--logdir={logdir}"])

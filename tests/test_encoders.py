@@ -107,7 +107,7 @@ SNIPPET = r"""
 import gymnasium, jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from agents import ppo
-from jaxsrl.agent import EnvSpec, Trajectory
+from jaxsrl.core.agent import EnvSpec, Trajectory
 
 assert len(jax.devices()) == 2, jax.devices()
 B, T = 4, 4

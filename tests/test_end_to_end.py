@@ -6,8 +6,8 @@ import os
 import psutil
 import pytest
 
-from jaxsrl.config import load_config
-from jaxsrl.launcher import train
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import train
 
 SMALL = ["--env=CartPole-v1", "--num_actors=2", "--envs_per_actor=8", "--segment_length=16",
          "--batch_segments=8", "--log_interval_s=0.5", "--ppo.hidden_sizes", "16", "16"]

@@ -14,7 +14,7 @@ import pytest
 from agents import networks, ppo
 from agents.entity_network import RecurrentEntityActorCritic
 from agents.ppo_recurrent import unroll_network
-from jaxsrl.agent import EnvSpec
+from jaxsrl.core.agent import EnvSpec
 from jaxsrl.envs import env_spaces
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -118,7 +118,7 @@ SNIPPET = r"""
 import dataclasses, jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from agents import ppo
-from jaxsrl.agent import EnvSpec, Trajectory
+from jaxsrl.core.agent import EnvSpec, Trajectory
 from jaxsrl.envs import env_spaces
 assert len(jax.devices()) == 2
 spec = EnvSpec(*env_spaces("hide_and_seek"))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agents import entity_network, networks, ppo
-from jaxsrl.agent import EnvSpec, Trajectory
+from jaxsrl.core.agent import EnvSpec, Trajectory
 from jaxsrl.envs import env_spaces
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Evaluation (jaxsrl/evaluation.py, scripts/evaluate.py) of a tiny trained run."""
+"""Evaluation (jaxsrl/tools/evaluation.py, scripts/evaluate.py) of a tiny trained run."""
 
 import importlib.util
 import json
@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxsrl import evaluation
-from jaxsrl.agent import Agent, AgentFns
-from jaxsrl.checkpoint import Checkpointer
-from jaxsrl.config import load_config, to_dict
+from jaxsrl.tools import evaluation
+from jaxsrl.core.agent import Agent, AgentFns
+from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.experiment.config import load_config, to_dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=8", "--segment_length=16",
@@ -33,7 +33,7 @@ def _script(name):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A tiny PPO CartPole run through the real launcher (config.json + checkpoints)."""
-    from jaxsrl.launcher import train  # noqa: PLC0415
+    from jaxsrl.launch.launcher import train  # noqa: PLC0415
     logdir = str(tmp_path_factory.mktemp("eval") / "run")
     train(load_config(SMALL + ["--total_env_steps=1500", f"--logdir={logdir}"]))
     return logdir
@@ -140,7 +140,7 @@ def test_hide_and_seek_policy_per_team_with_video(tmp_path):
     with pytest.raises(FileNotFoundError):  # no checkpoint yet
         evaluation.load_run(logdir=str(logdir))
     from agents import AGENTS  # noqa: PLC0415
-    from jaxsrl.agent import EnvSpec  # noqa: PLC0415
+    from jaxsrl.core.agent import EnvSpec  # noqa: PLC0415
     from jaxsrl.envs import env_spaces  # noqa: PLC0415
     fns = AGENTS["ppo"].make(cfg.ppo, EnvSpec(*env_spaces(cfg.env, cfg.env_kwargs)), 1)
     for i, team in enumerate(["hider", "seeker"]):

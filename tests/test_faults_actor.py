@@ -11,9 +11,9 @@ import threading
 import psutil
 import pytest
 
-from jaxsrl.config import load_config
-from jaxsrl.launcher import ComponentDied, restart_delay, train
-from jaxsrl.workers.policy import PolicyWorker
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import ComponentDied, restart_delay, train
+from jaxsrl.workers.inference.policy import PolicyWorker
 from test_faults_helpers import (FLAKY_ENV, actor_children, actor_spec, flaky_env_path,  # noqa: F401
                               records, small_args, wait_for)
 

@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from jaxsrl.config import load_config
+from jaxsrl.experiment.config import load_config
 from test_faults_helpers import REPO_ROOT
 
 

@@ -27,12 +27,13 @@ import pytest
 import zmq
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-from jaxsrl import devices, wire
-from jaxsrl.metrics import MetricsAccumulator
-from jaxsrl.params import ParameterStore
-from jaxsrl.workers.health import ActorTable
-from jaxsrl.workers.policy import PolicyWorker
-from jaxsrl.workers.trainer import TrainerWorker
+from jaxsrl.parallel import devices
+from jaxsrl.streams import wire
+from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.streams.admission import ActorTable
+from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.learner.trainer import TrainerWorker
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import zmq
 
-from jaxsrl import wire
-from jaxsrl.workers.health import DropLog
+from jaxsrl.streams import wire
+from jaxsrl.streams.admission import DropLog
 from test_faults_helpers import (MAX_ROWS, T, Servers, ask, client, request, segment,
                                  segment_arrays, wait_counter, wait_for)
 
@@ -171,7 +171,7 @@ def test_hostile_episode_statistics_cannot_grow_metric_names(servers):
         episodes = [{f"stat{i}_{j}": 1.0 for j in range(30)} | {"return": float("nan"), "team": 5}]
         sock.send_multipart(segment(rows=2, episodes=episodes, timing={f"k{i}": 1.0}))
     _learns(servers, sock)
-    from jaxsrl.workers.trainer import MAX_EPISODE_KEYS
+    from jaxsrl.workers.learner.trainer import MAX_EPISODE_KEYS
     assert len(servers.trainer._episode_keys) <= MAX_EPISODE_KEYS
     record = servers.metrics.snapshot(1.0)
     assert not any(k.startswith("actor/k") for k in record)  # unknown timing keys ignored

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import zmq
 
-from jaxsrl.config import load_config
-from jaxsrl.launcher import ComponentDied, train
-from jaxsrl.workers.trainer import NonFiniteError
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import ComponentDied, train
+from jaxsrl.workers.learner.trainer import NonFiniteError
 from test_faults_helpers import (FLAKY_ENV, T, Servers, actor_children, client,  # noqa: F401
                                  flaky_env_path, segment, segment_arrays, small_args,
                                  wait_counter, wait_for)

@@ -16,12 +16,13 @@ import psutil
 import pytest
 import zmq
 
-from jaxsrl.checkpoint import Checkpointer
-from jaxsrl.config import load_config
-from jaxsrl.launcher import ComponentDied, train
-from jaxsrl.workers import actor as actor_mod
-from jaxsrl.workers.policy import PolicyWorker
-from jaxsrl.workers.trainer import TrainerWorker
+from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import ComponentDied, train
+from jaxsrl.core import exit_codes
+from jaxsrl.workers.actor import worker as actor_mod
+from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.learner.trainer import TrainerWorker
 from test_faults_helpers import (FLAKY_ENV, REPO_ROOT, flaky_env_path, records,  # noqa: F401
                                  small_args, wait_for)
 
@@ -89,7 +90,7 @@ class FakeServer:
     def serve(self):
         import numpy as np
 
-        from jaxsrl import wire
+        from jaxsrl.streams import wire
         while not self.stop.is_set():
             if not self.router.poll(50):
                 continue
@@ -126,7 +127,7 @@ def test_actor_exits_when_its_inference_server_goes_silent(limit, message):
         samples.close(0)
     finally:
         server.close()
-    assert code == actor_mod.EXIT_SERVER_TIMEOUT, err
+    assert code == exit_codes.EXIT_SERVER_TIMEOUT, err
     assert message in err
     assert took < 30
 
@@ -139,7 +140,7 @@ def test_actor_exits_when_its_learner_takes_no_samples():
                                                  sample_timeout_s=2.0, ping_interval_s=0.5))
     finally:
         server.close()
-    assert code == actor_mod.EXIT_LEARNER_TIMEOUT, err
+    assert code == exit_codes.EXIT_LEARNER_TIMEOUT, err
     assert "did not take a segment in time" in err
     assert took < 30
     # While blocked on its learner the actor told the server it is alive.

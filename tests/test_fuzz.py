@@ -16,7 +16,7 @@ import psutil
 import pytest
 import zmq
 
-from jaxsrl import wire
+from jaxsrl.streams import wire
 from test_faults_helpers import (BATCH, MAX_ROWS, Servers, client, request, segment,
                                  segment_arrays, wait_for)
 

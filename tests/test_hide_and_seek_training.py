@@ -8,12 +8,12 @@ import numpy as np
 import psutil
 
 from agents import get_agent
-from jaxsrl.agent import EnvSpec
+from jaxsrl.core.agent import EnvSpec
 from jaxsrl.envs import env_spaces
 
-from jaxsrl.checkpoint import Checkpointer
-from jaxsrl.config import load_config
-from jaxsrl.launcher import train
+from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import train
 
 TINY = ["--env=hide_and_seek", "--num_actors=1", "--envs_per_actor=2", "--segment_length=8",
         "--batch_segments=8", "--log_interval_s=1", "--ppo.hidden_sizes", "8",

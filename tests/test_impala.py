@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from agents import AGENTS, impala, networks
-from jaxsrl.agent import EnvSpec, Trajectory
-from jaxsrl.config import load_config
+from jaxsrl.core.agent import EnvSpec, Trajectory
+from jaxsrl.experiment.config import load_config
 
 BOX_OBS = gymnasium.spaces.Box(-1.0, 1.0, (3,), np.float32)
 DICT_OBS = gymnasium.spaces.Dict({"a": gymnasium.spaces.Box(-1, 1, (2,), np.float32),
@@ -246,7 +246,7 @@ def test_registered_and_configurable_from_flags():
 
 
 def test_trains_cartpole_through_the_dataflow(tmp_path):
-    from jaxsrl.launcher import train  # noqa: PLC0415
+    from jaxsrl.launch.launcher import train  # noqa: PLC0415
     logdir = str(tmp_path / "run")
     cfg = load_config(["--agent=impala", "--env=CartPole-v1", "--num_actors=2",
                        "--envs_per_actor=8", "--segment_length=16", "--batch_segments=8",

@@ -1,4 +1,4 @@
-"""Learning-rate horizons: planned per policy (jaxsrl.launcher.planned_updates), and how
+"""Learning-rate horizons: planned per policy (jaxsrl.launch.launcher.planned_updates), and how
 a resumed run with a larger --total_env_steps continues its schedule."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import jax
 import numpy as np
 
 from agents import impala
-from jaxsrl.agent import EnvSpec, Trajectory
-from jaxsrl.config import load_config
-from jaxsrl.dataflow import ActorGroup, Dataflow, PolicyWorkerSpec, TrainerSpec
-from jaxsrl.launcher import planned_updates
+from jaxsrl.core.agent import EnvSpec, Trajectory
+from jaxsrl.experiment.config import load_config
+from jaxsrl.experiment.dataflow import ActorGroup, Dataflow, PolicyWorkerSpec, TrainerSpec
+from jaxsrl.launch.launcher import planned_updates
 
 TEAMS = ["hider", "hider", "seeker"]  # agents of one environment
 

@@ -5,8 +5,8 @@ import os
 
 import numpy as np
 
-from jaxsrl.config import load_config
-from jaxsrl.launcher import train
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import train
 
 
 def test_halfcheetah_trains_through_real_actor_processes(tmp_path):

@@ -1,6 +1,6 @@
 """Multi-process (multi-host) learner on one machine: JAX processes joined by
-``jax.distributed`` with Gloo CPU collectives (see ``jaxsrl/distributed.py`` and
-``jaxsrl/workers/learner_process.py``).
+``jax.distributed`` with Gloo CPU collectives (see ``jaxsrl/parallel/distributed.py`` and
+``jaxsrl/workers/learner/process.py``).
 
 The processes are started by the tests (JAX's device list is fixed at start-up, and a
 process can join one group only), each with a free localhost port for the coordinator.
@@ -18,9 +18,9 @@ import numpy as np
 import psutil
 import pytest
 
-from jaxsrl.config import load_config
-from jaxsrl.metrics import MetricsAccumulator
-from jaxsrl.workers.learner_process import MetricsRelay, free_port, replay
+from jaxsrl.experiment.config import load_config
+from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.workers.learner.process import MetricsRelay, free_port, replay
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,11 +38,12 @@ def _env(devices_per_process: int) -> dict:
 LEARN_SNIPPET = r"""
 import os, sys, threading
 pid, port, folder = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-from jaxsrl import devices, distributed
+from jaxsrl.parallel import devices
+from jaxsrl.parallel import distributed
 distributed.initialize(f"127.0.0.1:{port}", 2, pid, timeout_s=120)
 import gymnasium, jax, numpy as np
 from agents import ppo
-from jaxsrl.agent import EnvSpec, Trajectory
+from jaxsrl.core.agent import EnvSpec, Trajectory
 
 assert jax.process_count() == 2 and jax.device_count() == 4 and jax.local_device_count() == 2
 B, T = 8, 8  # global batch: rows 0..3 live on process 0, rows 4..7 on process 1
@@ -172,8 +173,8 @@ def test_cartpole_with_two_learner_processes(tmp_path):
     import jax  # noqa: PLC0415
 
     from agents import get_agent  # noqa: PLC0415
-    from jaxsrl.agent import EnvSpec  # noqa: PLC0415
-    from jaxsrl.checkpoint import Checkpointer  # noqa: PLC0415
+    from jaxsrl.core.agent import EnvSpec  # noqa: PLC0415
+    from jaxsrl.experiment.checkpoint import Checkpointer  # noqa: PLC0415
     from jaxsrl.envs import env_spaces  # noqa: PLC0415
 
     logdir = str(tmp_path / "run")
@@ -241,7 +242,7 @@ def test_a_killed_learner_process_stops_the_run_with_a_checkpoint_then_resume(tm
             time.sleep(0.2)
         assert proc.poll() is None and _last_version(logdir) >= 5
         learner = [p for p in _descendants_of(proc.pid)
-                   if "jaxsrl.workers.learner_process" in p.cmdline()]
+                   if "jaxsrl.workers.learner" in p.cmdline()]
         assert len(learner) == 1
         learner[0].kill()
         out = proc.communicate(timeout=120)[0]

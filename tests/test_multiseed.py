@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from jaxsrl import multiseed
+from jaxsrl.tools import multiseed
 
 
 def _run_folder(path, returns, steps, times):

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from jaxsrl import metrics, plotting
+from jaxsrl.experiment import metrics
+from jaxsrl.tools import plotting
 
 
 def _bar_writer(logdir, console):
@@ -88,7 +89,7 @@ def test_learner_metrics_are_reported_per_policy_and_as_their_mean():
 def test_drops_after_an_actor_restart_are_not_called_malformed(caplog):
     import logging  # noqa: PLC0415
 
-    from jaxsrl.workers.health import DropLog, StaleRunError  # noqa: PLC0415
+    from jaxsrl.streams.admission import DropLog, StaleRunError  # noqa: PLC0415
     logger = logging.getLogger("jaxsrl.test_droplog")
     with caplog.at_level(logging.INFO, logger="jaxsrl.test_droplog"):
         DropLog(logger, "segment")("learner", StaleRunError("run id 3 of actor 0 is not its current run 4"))

@@ -2,9 +2,9 @@
 
 import time
 
-from jaxsrl.config import load_config
-from jaxsrl.launcher import train
-from jaxsrl.periodic_eval import PeriodicEvaluator
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import train
+from jaxsrl.launch.periodic_eval import PeriodicEvaluator
 
 SMALL = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=8", "--segment_length=16",
          "--batch_segments=8", "--log_interval_s=0.5", "--ppo.hidden_sizes", "16", "16"]

@@ -1,5 +1,5 @@
-"""Learning-curve plots (jaxsrl/plotting.py, scripts/plot.py) and the log sinks of
-``jaxsrl.metrics.MetricsWriter`` (TensorBoard events, W&B, progress bar)."""
+"""Learning-curve plots (jaxsrl/tools/plotting.py, scripts/plot.py) and the log sinks of
+``jaxsrl.experiment.metrics.MetricsWriter`` (TensorBoard events, W&B, progress bar)."""
 
 import glob
 import importlib.util
@@ -13,7 +13,8 @@ import types
 import numpy as np
 import pytest
 
-from jaxsrl import metrics, plotting
+from jaxsrl.experiment import metrics
+from jaxsrl.tools import plotting
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=8", "--segment_length=16",
@@ -78,8 +79,8 @@ def _hs_records(seed, n=8, resume_at=None):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from jaxsrl.config import load_config  # noqa: PLC0415
-    from jaxsrl.launcher import train  # noqa: PLC0415
+    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
+    from jaxsrl.launch.launcher import train  # noqa: PLC0415
     logdir = str(tmp_path_factory.mktemp("plot") / "run")
     train(load_config(SMALL + ["--total_env_steps=2500", f"--logdir={logdir}"]))
     return logdir

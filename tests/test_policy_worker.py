@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import zmq
 
-from jaxsrl import devices, wire
-from jaxsrl.metrics import MetricsAccumulator
-from jaxsrl.params import ParameterStore
-from jaxsrl.workers.policy import PolicyWorker, bucket_sizes
+from jaxsrl.parallel import devices
+from jaxsrl.streams import wire
+from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.workers.inference.policy import PolicyWorker, bucket_sizes
 
 SPACE = gymnasium.spaces.Box(-1, 1, (3,), np.float32)
 

@@ -13,7 +13,7 @@ import pytest
 import agents
 from agents import networks, ppo
 from agents.returns import bootstrap_values, gae
-from jaxsrl.agent import EnvSpec, Trajectory
+from jaxsrl.core.agent import EnvSpec, Trajectory
 
 BOX_OBS = gymnasium.spaces.Box(-1.0, 1.0, (3,))
 DICT_OBS = gymnasium.spaces.Dict({

@@ -21,7 +21,7 @@ import pytest
 
 from agents import ppo
 from agents.ppo_loss import get_at, replace_at
-from jaxsrl.agent import EnvSpec, Trajectory
+from jaxsrl.core.agent import EnvSpec, Trajectory
 from jaxsrl.envs import env_spaces
 
 BOX_OBS = gymnasium.spaces.Box(-1.0, 1.0, (3,))

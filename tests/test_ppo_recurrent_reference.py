@@ -27,7 +27,7 @@ import pytest
 from agents import networks, ppo
 from agents.entity_network import RecurrentEntityActorCritic
 from agents.ppo_recurrent import unroll_network
-from jaxsrl.agent import EnvSpec, Trajectory
+from jaxsrl.core.agent import EnvSpec, Trajectory
 from jaxsrl.envs import env_spaces
 
 B, T, WARMUP, NUM_UPDATES = 4, 8, 3, 3

@@ -26,7 +26,7 @@ import optax
 import pytest
 
 from agents import networks, ppo
-from jaxsrl.agent import EnvSpec, Trajectory
+from jaxsrl.core.agent import EnvSpec, Trajectory
 
 BOX_OBS = gymnasium.spaces.Box(-1.0, 1.0, (3,))
 SPECS = {

@@ -2,7 +2,7 @@
 
 The cluster is ``ray start --head --block`` in its own session (a module fixture),
 stopped by SIGTERM at the end; drivers join it with ``--ray_address``. Ray keeps it on
-127.0.0.1 through ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (see ``jaxsrl/ray_launcher.py``).
+127.0.0.1 through ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (see ``jaxsrl/launch/ray_placement.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from jaxsrl.config import load_config  # noqa: E402
-from jaxsrl.ray_launcher import LOOPBACK_ENV, RaySpawner, connect  # noqa: E402
+from jaxsrl.experiment.config import load_config  # noqa: E402
+from jaxsrl.launch.ray_placement import LOOPBACK_ENV, RaySpawner, connect  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO_ROOT, "scripts", "train.py")
@@ -140,7 +140,7 @@ def test_launcher_ray_without_ray_installed_is_a_one_line_error(tmp_path):
 def test_unreachable_ray_address_is_a_quick_clear_error():
     import socket
 
-    from jaxsrl.ray_launcher import check_reachable
+    from jaxsrl.launch.ray_placement import check_reachable
     with socket.socket() as sock:  # a free port nobody listens at
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

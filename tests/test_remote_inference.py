@@ -17,13 +17,13 @@ import psutil
 import pytest
 import zmq
 
-from jaxsrl import param_stream as ps
-from jaxsrl import wire
-from jaxsrl.config import load_config
-from jaxsrl.launcher import ComponentDied, train
-from jaxsrl.params import ParameterStore
-from jaxsrl.topology import Assigner, server_order
-from jaxsrl.workers import actor as actor_mod
+from jaxsrl.streams import param_stream as ps
+from jaxsrl.streams import wire
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import ComponentDied, train
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.launch.topology import Assigner, server_order
+from jaxsrl.core import exit_codes
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--env=CartPole-v1", "--num_actors=2", "--envs_per_actor=8", "--segment_length=16",
@@ -268,7 +268,7 @@ def test_actor_exits_only_when_every_server_failed():
     finally:
         a.close()
         b.close()
-    assert proc.returncode == actor_mod.EXIT_SERVER_TIMEOUT, err
+    assert proc.returncode == exit_codes.EXIT_SERVER_TIMEOUT, err
     assert f"inference servers at {a.address}, {b.address} did not answer within 2.0 s" in err
     assert a.requests >= 4 and b.requests >= 2  # both tried (2 ring groups each time)
     assert took < 30
@@ -284,7 +284,7 @@ def _servers() -> list:
     out = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if "jaxsrl.workers.inference_server" in " ".join(p.cmdline()):
+            if "jaxsrl.workers.inference" in " ".join(p.cmdline()):
                 out.append(p)
         except psutil.Error:  # exited meanwhile
             pass
@@ -374,7 +374,7 @@ def test_a_server_that_keeps_dying_stops_the_run_naming_it(tmp_path):
 
 
 def test_server_on_another_ray_node_binds_its_own_address(monkeypatch):
-    from jaxsrl.workers.inference_server import bind_host
+    from jaxsrl.workers.inference.server import bind_host
     monkeypatch.setenv("JAXSRL_NODE_IP", "10.9.0.7")
     assert bind_host("10.9.0.1") == "10.9.0.7"  # the learner's address is not on this node
     assert bind_host("127.0.0.1") == "127.0.0.1"  # one-node runs stay on loopback
@@ -385,7 +385,7 @@ def test_server_on_another_ray_node_binds_its_own_address(monkeypatch):
 
 def test_remote_servers_report_liveness_by_address():
     """The launcher asks this to tell a cut-off actor host from a dead remote server."""
-    from jaxsrl.remote_inference import RemoteInferenceServers, RemoteServer
+    from jaxsrl.launch.remote_inference import RemoteInferenceServers, RemoteServer
     sup = RemoteInferenceServers.__new__(RemoteInferenceServers)
     sup.servers = [RemoteServer("p[0]", "default", "inference", None, address="tcp://a:1",
                                 serving=True, heartbeat=5.0),

@@ -17,11 +17,11 @@ import numpy as np
 import psutil
 
 from agents import get_agent
-from jaxsrl.agent import EnvSpec, Trajectory
-from jaxsrl.checkpoint import Checkpointer
-from jaxsrl.config import load_config
+from jaxsrl.core.agent import EnvSpec, Trajectory
+from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.experiment.config import load_config
 from jaxsrl.envs import env_spaces
-from jaxsrl.launcher import train
+from jaxsrl.launch.launcher import train
 from test_faults_helpers import REPO_ROOT, records, small_args, wait_for
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
@@ -170,7 +170,7 @@ KILL_DURING_SAVE = textwrap.dedent("""
     import sys
     import numpy as np
     sys.path.insert(0, {repo!r})
-    from jaxsrl.checkpoint import Checkpointer
+    from jaxsrl.experiment.checkpoint import Checkpointer
     ckpt = Checkpointer({directory!r})
     ckpt.save(1, {{"w": np.full(8, 1.0, np.float32), "step": np.array(1, np.int32)}}, {{"policy_version": 1}})
     ckpt.manager.wait_until_finished()

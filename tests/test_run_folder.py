@@ -13,10 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from jaxsrl.checkpoint import Checkpointer
-from jaxsrl.config import load_config
-from jaxsrl.launcher import train
-from jaxsrl.run_folder import LOCK_NAME, RunFolderError, claim
+from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import train
+from jaxsrl.experiment.run_dir import LOCK_NAME, RunFolderError, claim
 from test_faults_helpers import REPO_ROOT
 
 TINY = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=4", "--segment_length=8",
@@ -96,7 +96,7 @@ def test_resuming_past_an_unreadable_checkpoint_frees_its_step(tmp_path, caplog)
     ckpt.close()
     shutil.rmtree(os.path.join(directory, "2", "state"))  # damaged after it was finalised
     ckpt = Checkpointer(directory)
-    with caplog.at_level(logging.WARNING, logger="jaxsrl.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="jaxsrl.experiment.checkpoint"):
         state, meta = ckpt.restore(_tree(0), set_aside_unreadable=True)
     assert meta["policy_version"] == 1
     assert ckpt.latest_step() == 1  # what the closing line and the trainer's save see

@@ -12,9 +12,9 @@ import psutil
 import pytest
 import zmq
 
-from jaxsrl import security
-from jaxsrl.config import load_config
-from jaxsrl.launcher import train
+from jaxsrl.streams import security
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import train
 from test_faults_helpers import (REPO_ROOT, Servers, actor_children, ask, client, request,
                                  segment, small_args, wait_for)
 
@@ -39,10 +39,10 @@ def test_servers_bind_loopback_unless_told_otherwise():
 
 def test_explicit_host_is_used_and_local_clients_connect_over_loopback():
     from test_faults_helpers import fake_act, OBS
-    from jaxsrl import devices
-    from jaxsrl.metrics import MetricsAccumulator
-    from jaxsrl.params import ParameterStore
-    from jaxsrl.workers.policy import PolicyWorker
+    from jaxsrl.parallel import devices
+    from jaxsrl.experiment.metrics import MetricsAccumulator
+    from jaxsrl.streams.params import ParameterStore
+    from jaxsrl.workers.inference.policy import PolicyWorker
     store = ParameterStore()
     store.publish("p", 0, np.float32(1.0))
     w = PolicyWorker("any-host", "p", devices.jit_act(fake_act, devices.local_mesh()),

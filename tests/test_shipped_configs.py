@@ -3,7 +3,7 @@
 import os
 import tomllib
 
-from jaxsrl.config import load_config
+from jaxsrl.experiment.config import load_config
 from jaxsrl.envs import env_teams
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""The trainer worker (jaxsrl/workers/trainer.py) through its socket: staleness at learn
+"""The trainer worker (jaxsrl/workers/learner/trainer.py) through its socket: staleness at learn
 time and per-step validity flags, with a fake agent whose state records what it saw."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import zmq
 
-from jaxsrl import devices, wire
-from jaxsrl.metrics import MetricsAccumulator
-from jaxsrl.params import ParameterStore
-from jaxsrl.workers.trainer import TrainerWorker
+from jaxsrl.parallel import devices
+from jaxsrl.streams import wire
+from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.workers.learner.trainer import TrainerWorker
 
 OBS = gymnasium.spaces.Box(-1, 1, (3,), np.float32)
 ACTIONS = gymnasium.spaces.Discrete(2)

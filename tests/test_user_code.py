@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-from jaxsrl.config import load_config
+from jaxsrl.experiment.config import load_config
 from jaxsrl.envs import env_spaces, env_teams, make_actor_env
-from jaxsrl.processes import child_env
+from jaxsrl.launch.processes import child_env
 
 # A Gymnasium env registered by the user's own module (not by jaxsrl).
 CORRIDOR = textwrap.dedent('''
@@ -105,7 +105,7 @@ def test_an_agent_of_your_own_module_is_used_by_reference():
 @pytest.mark.parametrize("agent, match", [
     ("nosuchmodule_xyz:AGENT", "cannot import module 'nosuchmodule_xyz'"),
     ("examples.a2c:NOPE", "module 'examples.a2c' has no attribute 'NOPE'"),
-    ("examples.a2c:A2CConfig", "is a type, not a jaxsrl.agent.Agent"),
+    ("examples.a2c:A2CConfig", "is a type, not a jaxsrl.core.agent.Agent"),
     ("dqn", "unknown agent 'dqn'.*package.module:AGENT"),
 ])
 def test_bad_agent_references_name_the_problem(agent, match):
@@ -143,7 +143,7 @@ def test_env_kwargs_flags_are_typed_and_saved_in_the_config(tmp_path):
                        "--env_kwargs.sutton_barto_reward", "true", "--env_kwargs.render_mode=rgb"])
     assert cfg.env_kwargs == {"max_episode_steps": 50, "sutton_barto_reward": True,
                               "render_mode": "rgb"}
-    from jaxsrl.config import to_dict
+    from jaxsrl.experiment.config import to_dict
     assert to_dict(cfg)["env_kwargs"]["max_episode_steps"] == 50
 
 
@@ -198,7 +198,7 @@ def test_unknown_names_in_a_users_module_are_named(user_modules):
 def test_your_agent_and_game_train_through_actor_processes(user_modules, tmp_path):
     """The example A2C agent on the user's two-team game, end to end: actors import
     duel.py, each team has its own policy, metrics are per policy and per team."""
-    from jaxsrl.launcher import train
+    from jaxsrl.launch.launcher import train
     toml = tmp_path / "teams.toml"
     toml.write_text(textwrap.dedent('''
         [dataflow]

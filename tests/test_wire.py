@@ -4,7 +4,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from jaxsrl import wire
+from jaxsrl.streams import wire
 
 DTYPES = sorted(wire.ALLOWED_DTYPES)
 SHAPES = [(), (0,), (3,), (2, 5), (4, 1, 3), (2, 0, 7)]

@@ -6,7 +6,7 @@
 2. ``transport``  ZeroMQ DEALER/ROUTER round trips/s at one ``act`` request's size;
 3. ``inference``  real actor processes + a real policy worker with frozen parameters;
 4. ``learner``    samples/s of the jitted ``learn`` on synthetic batches;
-5. ``end_to_end`` training env steps/s through ``jaxsrl.launcher.train``;
+5. ``end_to_end`` training env steps/s through ``jaxsrl.launch.launcher.train``;
 6. ``scaling``    end-to-end env steps/s against the number of actor processes;
 
 plus the peak resident memory of each process kind. One module per job:

@@ -24,7 +24,7 @@ class Built(NamedTuple):
 
 
 def enable_compilation_cache(cfg) -> None:
-    """Use the run config's persistent XLA cache, like ``jaxsrl.launcher.train``."""
+    """Use the run config's persistent XLA cache, like ``jaxsrl.launch.launcher.train``."""
     import jax  # noqa: PLC0415
 
     if cfg.compilation_cache_dir:
@@ -43,8 +43,8 @@ def rows_per_env(cfg) -> int:
 def build(cfg) -> Built:
     """``agent.make`` for ``cfg``'s agent and environment, plus the local mesh."""
     from agents import get_agent  # noqa: PLC0415
-    from jaxsrl import devices  # noqa: PLC0415
-    from jaxsrl.agent import EnvSpec  # noqa: PLC0415
+    from jaxsrl.parallel import devices  # noqa: PLC0415
+    from jaxsrl.core.agent import EnvSpec  # noqa: PLC0415
     from jaxsrl.envs import env_spaces  # noqa: PLC0415
 
     enable_compilation_cache(cfg)
@@ -59,6 +59,6 @@ def build(cfg) -> Built:
 
 def carry_spec(fns) -> list:
     """``[[name, dtype, shape], ...]`` of the agent's recurrent state on the wire."""
-    from jaxsrl.workers.carry import CarryCodec  # noqa: PLC0415
+    from jaxsrl.streams.carry import CarryCodec  # noqa: PLC0415
 
     return CarryCodec(fns.initial_carry).spec()

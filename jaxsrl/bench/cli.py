@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         return rerender(args.from_json, out_md)
     t0 = time.monotonic()
-    from jaxsrl.config import load_config, to_dict  # noqa: PLC0415
+    from jaxsrl.experiment.config import load_config, to_dict  # noqa: PLC0415
 
     try:
         cfg = load_config(rest)

@@ -1,7 +1,7 @@
-"""Rungs 5 and 6, end to end: training env steps/s through ``jaxsrl.launcher.train``.
+"""Rungs 5 and 6, end to end: training env steps/s through ``jaxsrl.launch.launcher.train``.
 
 Each run is its own accelerator process (``python -m jaxsrl.bench.end_to_end
-'<json>'``) that resolves the config with ``jaxsrl.config.load_config`` from the same
+'<json>'``) that resolves the config with ``jaxsrl.experiment.config.load_config`` from the same
 flags as ``train.py``, applies the benchmark's overrides (log interval, logdir, no
 step limit, and for the scaling rung ``num_actors``) and calls ``train``. The parent
 follows ``LOGDIR/run/metrics.jsonl`` (``LOGDIR/train.log`` beside the run folder): it skips the records up to the first one with
@@ -42,13 +42,13 @@ def child_main(payload: dict) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
                         datefmt="%H:%M:%S")
     logging.getLogger("absl").setLevel(logging.WARNING)
-    from jaxsrl.config import load_config  # noqa: PLC0415
+    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
 
     cfg = dataclasses.replace(load_config(payload["argv"]), **payload["overrides"])
     horizon = cfg.batch_segments * cfg.segment_length * UPDATES_HORIZON
     cfg = dataclasses.replace(cfg, total_env_steps=max(cfg.total_env_steps, horizon))
     cfg.validate()
-    from jaxsrl.launcher import train  # noqa: PLC0415
+    from jaxsrl.launch.launcher import train  # noqa: PLC0415
 
     try:
         train(cfg)

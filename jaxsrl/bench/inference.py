@@ -1,8 +1,8 @@
 """Rung 3, inference: real actor processes + a real policy worker, frozen parameters.
 
 The actors are ``python -m jaxsrl.workers.actor`` processes started exactly like the
-launcher starts them (:class:`jaxsrl.launcher.ActorProcess`); the server is a
-:class:`jaxsrl.workers.policy.PolicyWorker` thread serving parameters that never
+launcher starts them (:class:`jaxsrl.launch.launcher.ActorProcess`); the server is a
+:class:`jaxsrl.workers.inference.policy.PolicyWorker` thread serving parameters that never
 change. There is no learner: a PULL socket counts the segments' ``env_steps`` and
 throws the segments away. Reported: env steps/s, the server's batch sizes (its
 ``inference/batch_rows`` metric), batches/s, its latency p50/p99 (``latency_s``:
@@ -19,7 +19,7 @@ import time
 import numpy as np
 import zmq
 
-from jaxsrl import wire
+from jaxsrl.streams import wire
 
 
 class SegmentSink:
@@ -57,7 +57,7 @@ class SegmentSink:
 
 def actor_spec(cfg, actor_id: int, inference_address: str, sample_address: str,
                carry_spec: list) -> dict:
-    """The JSON spec of one actor process, as ``jaxsrl.launcher.train`` builds it, with
+    """The JSON spec of one actor process, as ``jaxsrl.launch.launcher.train`` builds it, with
     one stream (every row served by one policy)."""
     return {"actor_id": actor_id, "env": cfg.env, "env_kwargs": cfg.env_kwargs or {},
             "envs_per_group": cfg.envs_per_actor // cfg.ring_size, "ring_size": cfg.ring_size,
@@ -73,12 +73,12 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
     """Serve ``num_actors`` actor processes for ``duration_s`` after warm-up."""
     import jax  # noqa: PLC0415
 
-    from jaxsrl import devices  # noqa: PLC0415
+    from jaxsrl.parallel import devices  # noqa: PLC0415
     from jaxsrl.bench import agentfns  # noqa: PLC0415
-    from jaxsrl.launcher import ActorProcess  # noqa: PLC0415
-    from jaxsrl.metrics import MetricsAccumulator  # noqa: PLC0415
-    from jaxsrl.params import ParameterStore  # noqa: PLC0415
-    from jaxsrl.workers.policy import PolicyWorker  # noqa: PLC0415
+    from jaxsrl.launch.launcher import ActorProcess  # noqa: PLC0415
+    from jaxsrl.experiment.metrics import MetricsAccumulator  # noqa: PLC0415
+    from jaxsrl.streams.params import ParameterStore  # noqa: PLC0415
+    from jaxsrl.workers.inference.policy import PolicyWorker  # noqa: PLC0415
 
     b = built or agentfns.build(cfg)
     act = devices.jit_act(b.fns.act, b.mesh)

@@ -17,11 +17,11 @@ import numpy as np
 
 def synthetic_batch(observation_space, action_space, T: int, B: int, fns, seed: int = 0):
     """A host ``Trajectory`` of ``B`` random segments of ``T`` steps."""
-    from jaxsrl.agent import Trajectory  # noqa: PLC0415
+    from jaxsrl.core.agent import Trajectory  # noqa: PLC0415
     from jaxsrl.bench.raw_env import random_actions  # noqa: PLC0415
-    from jaxsrl.envs.spaces import space_leaves, unflatten_obs  # noqa: PLC0415
-    from jaxsrl.workers.carry import CarryCodec  # noqa: PLC0415
-    from jaxsrl.workers.trainer import segment_schema  # noqa: PLC0415
+    from jaxsrl.streams.spaces import space_leaves, unflatten_obs  # noqa: PLC0415
+    from jaxsrl.streams.carry import CarryCodec  # noqa: PLC0415
+    from jaxsrl.workers.learner.trainer import segment_schema  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
     carry = CarryCodec(fns.initial_carry)
@@ -50,7 +50,7 @@ def measure(cfg, duration_s: float, built=None, min_calls: int = 3) -> dict:
     """Time ``learn`` on one synthetic batch for ``duration_s`` (at least ``min_calls``)."""
     import jax  # noqa: PLC0415
 
-    from jaxsrl import devices  # noqa: PLC0415
+    from jaxsrl.parallel import devices  # noqa: PLC0415
     from jaxsrl.bench import agentfns  # noqa: PLC0415
 
     b = built or agentfns.build(cfg)

@@ -1,7 +1,7 @@
 """Peak resident memory per process kind, by sampling a process tree in a thread.
 
 Uses ``psutil`` when installed, else Linux ``/proc``. A process's kind comes from its
-command line: ``actor`` for ``jaxsrl.workers.actor`` processes, ``raw_env`` for the
+command line: ``actor`` for ``jaxsrl.workers.actor.worker`` processes, ``raw_env`` for the
 benchmark's environment processes, otherwise the name given for the root process
 (e.g. ``accelerator``). On Linux the peak is the kernel's own high-water mark
 (``VmHWM`` in ``/proc/<pid>/status``), read every ``interval_s``; the last reading of a

@@ -1,6 +1,6 @@
 """Start and stop the benchmark's own child processes (``python -m <module> '<json>'``).
 
-Children get the repository on ``PYTHONPATH`` (like ``jaxsrl.launcher.ActorProcess``)
+Children get the repository on ``PYTHONPATH`` (like ``jaxsrl.launch.launcher.ActorProcess``)
 and pipes for a one-line handshake on stdin/stdout.
 """
 
@@ -10,8 +10,8 @@ import json
 import os
 import subprocess
 import sys
+from jaxsrl.core.paths import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def child_env() -> dict:

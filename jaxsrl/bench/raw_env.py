@@ -20,7 +20,7 @@ import numpy as np
 
 def random_actions(space, rows: int, rng: np.random.Generator) -> np.ndarray:
     """``rows`` uniformly random actions of a Gymnasium action space, in the wire dtype."""
-    from jaxsrl.envs.spaces import action_leaf  # noqa: PLC0415
+    from jaxsrl.streams.spaces import action_leaf  # noqa: PLC0415
 
     dtype, shape = action_leaf(space)
     if hasattr(space, "nvec"):  # MultiDiscrete

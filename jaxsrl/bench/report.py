@@ -29,14 +29,14 @@ RUNG_TITLES = {
 
 METHOD = """\
 Every rung runs on the machine described above, with the run config resolved by
-`jaxsrl.config.load_config` from the same flags as `scripts/train.py`.
+`jaxsrl.experiment.config.load_config` from the same flags as `scripts/train.py`.
 
 1. **Raw environment**: one OS process per actor of the layout (`python -m
    jaxsrl.bench.raw_env`, no JAX), each stepping the actor's ring of
    `jaxsrl.envs.make_actor_env` groups with uniformly random actions; all processes
    start together. The sum of their env steps/s is the ceiling of this machine.
 2. **Transport**: one actor group's `act` request (real observations after a reset,
-   encoded by `jaxsrl.wire`) sent by a DEALER to an echo ROUTER in another process over
+   encoded by `jaxsrl.streams.wire`) sent by a DEALER to an echo ROUTER in another process over
    tcp loopback, `ring_size` requests in flight, replies decoded. MB/s counts both
    directions. Its frames/s ceiling is round trips/s x env steps per request for ONE
    actor connection.
@@ -47,10 +47,10 @@ Every rung runs on the machine described above, with the run config resolved by
    (time from noticing a request to the last reply of that batch sent; queueing before
    that is not included). "Actor wait" is the share of actor time spent waiting for
    actions (the actors' own `timing`).
-4. **Learner only**: the jitted `learn` (`jaxsrl.devices.jit_learn`, compiled ahead of
+4. **Learner only**: the jitted `learn` (`jaxsrl.parallel.devices.jit_learn`, compiled ahead of
    time) called back to back on one synthetic batch of `batch_segments x
    segment_length` (random observations and actions) already on the devices.
-5. **End to end**: `jaxsrl.launcher.train` in its own process with the resolved config
+5. **End to end**: `jaxsrl.launch.launcher.train` in its own process with the resolved config
    (overridden only: `log_interval_s`, `logdir`, no early stop, no periodic checkpoint,
    and a step limit far beyond the window). Env steps/s are read from its
    `metrics.jsonl` between the record after the first interval with frames (warm-up

@@ -3,7 +3,7 @@
 An echo server (``python -m jaxsrl.bench.transport '<json>'``, its own process, no
 JAX) binds a ROUTER socket on tcp loopback and sends every message straight back. The
 client, a DEALER like an actor's, sends one actor group's ``act`` request encoded by
-``jaxsrl.wire`` and decodes each echo, keeping ``in_flight`` requests outstanding (the
+``jaxsrl.streams.wire`` and decodes each echo, keeping ``in_flight`` requests outstanding (the
 actor's ring size). Both the encode/decode and the socket costs are in the numbers.
 """
 
@@ -17,7 +17,7 @@ import time
 import numpy as np
 import zmq
 
-from jaxsrl import wire
+from jaxsrl.streams import wire
 
 
 def serve(spec: dict) -> int:
@@ -49,7 +49,7 @@ def act_request(env: str, env_kwargs: dict | None, envs_per_group: int, observat
     except Exception:  # noqa: BLE001 - fall back to the declared observation space
         if observation_space is None:
             raise
-        from jaxsrl.envs.spaces import obs_schema  # noqa: PLC0415
+        from jaxsrl.streams.spaces import obs_schema  # noqa: PLC0415
 
         return {k: np.zeros((envs_per_group,) + s.shape[1:], s.dtype)
                 for k, s in obs_schema(observation_space).items()}

@@ -20,7 +20,7 @@ import gymnasium
 
 from jaxsrl.envs import atari
 from jaxsrl.envs.gym_vector import GymVectorEnv, single_spaces
-from jaxsrl.imports import import_module, is_reference
+from jaxsrl.core.imports import import_module, is_reference
 
 #: multi-agent environments of jaxsrl: name -> (module, factory keyword defaults).
 MULTI_AGENT_ENVS = {

@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple
 import gymnasium
 import numpy as np
 
-from jaxsrl.envs.spaces import flatten_obs
+from jaxsrl.streams.spaces import flatten_obs
 
 
 class StepResult(NamedTuple):

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jaxsrl.envs.gym_vector import StepResult
-from jaxsrl.envs.spaces import flatten_obs, space_leaves
+from jaxsrl.streams.spaces import flatten_obs, space_leaves
 
 
 class MultiAgentVectorEnv:

@@ -1,1 +1,1 @@
-"""Workers of the dataflow: actor (CPU process), policy (inference) and trainer (learner)."""
+"""Workers of the dataflow: actor (CPU process), inference (policy worker and server), learner (trainer and its process), buffer (replay)."""

@@ -1,0 +1,1 @@
+"""The agent interface and what every worker process shares (no sockets, no JAX here except in agent types)."""

@@ -1,0 +1,1 @@
+"""An experiment's description and record: config, dataflow, run folder, checkpoints, metrics."""

@@ -1,0 +1,373 @@
+"""Run configuration: defaults here, per-environment files in ``configs/``, CLI overrides.
+
+Resolution order (later wins):
+  1. the defaults of :class:`RunConfig` and of the agent's config dataclass;
+  2. ``configs/<env>.toml`` if it exists (``/`` and ``:`` in the env id become ``_``);
+     with ``--resume``, the run's own ``LOGDIR/config.json`` instead;
+  3. the files given by ``--config FILE`` (repeatable), in order; in each, top-level
+     keys set run fields, the ``[<agent>]`` table sets agent hyperparameters,
+     ``[env_kwargs]`` is merged key by key and ``[dataflow]`` replaces the graph;
+  4. command-line flags: ``--num_actors=4``, ``--ppo.learning_rate=1e-3``,
+     ``--env_kwargs.max_episode_steps=50`` (a TOML value; a bare word is a string), ...
+The resolved config is immutable and saved as ``LOGDIR/config.json`` at start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+from typing import Annotated, Any, ClassVar, Literal, Optional, Sequence
+
+import tyro
+
+from jaxsrl.experiment import config_layers as layers
+from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything about a run except the agent's hyperparameters."""
+
+    #: Name of the field holding the agent's hyperparameters (``Agent.name``; set by
+    #: :func:`config_class`). It differs from ``agent`` for ``module:OBJ`` agents.
+    agent_field: ClassVar[str] = ""
+
+    agent: str = "ppo"
+    """Agent: a built-in name (listed above) or ``package.module:AGENT``, any importable
+    ``jaxsrl.core.agent.Agent`` (its hyperparameters are then ``--<Agent.name>.<field>``)."""
+    env: str = "CartPole-v1"
+    """Environment: a Gymnasium id (``module:EnvId`` imports ``module`` first, as
+    ``gymnasium.make`` does), ``hide_and_seek`` / ``hide_and_seek_full``, or
+    ``module:factory``, a function returning a PettingZoo ``ParallelEnv``."""
+    total_env_steps: int = 500_000
+    """Stop after this many environment frames (all actors together). A lower bound: the
+    run stops at the first check at or past it, so it overshoots by the segments in
+    flight then (more on a loaded machine); a --resume needs a larger value than the
+    checkpoint's ``env_steps`` to train at all. It counts env frames, not updates: a
+    tiny budget can end before a learner's first update (compile included) is done."""
+    num_actors: int = 2
+    """Actor processes (of the default dataflow)."""
+    envs_per_actor: int = 32
+    """Environments per actor process, split evenly over its ring."""
+    ring_size: int = 2
+    """Environment groups per actor: one steps while another waits for actions."""
+    segment_length: int = 32
+    """T: steps per trajectory segment (plus one bootstrap observation)."""
+    batch_segments: int = 64
+    """Segments (rows of T steps) per learner update; divisible by the device count."""
+    max_staleness: int = 0
+    """Drop segments whose oldest action is more versions behind the learner (0: keep all)."""
+    inference_deadline_ms: float = 0.0
+    """After the first request, wait this long for more before running a batch."""
+    inference_servers: int = 1
+    """Inference servers of the default dataflow; the k-th actor uses server k % N (a
+    ``[dataflow]`` table sets ``count`` per policy worker instead)."""
+    remote_inference: bool = False
+    """Run each inference server in its own process (placed like actors), fed parameters
+    over ZeroMQ PUB/SUB; False: threads of the learner process reading them on device."""
+    param_publish_interval_s: float = 0.0
+    """--remote_inference: least seconds between two parameter versions sent to the
+    servers (0: every version)."""
+    inference_failover_s: float = 5.0
+    """--remote_inference: an actor whose server leaves a request unanswered this long
+    re-sends it to the next server of its stream."""
+    max_server_restarts: int = 5
+    """--remote_inference: dead remote inference servers are restarted (same port) up to
+    this many times per run (all servers together), then the run stops."""
+    seed: int = 0
+    """Seed of parameters, learner RNG and environments."""
+    logdir: str = ""
+    """Run folder (metrics.jsonl, config.json, checkpoints/); default runs/<env>-<agent>-<time>."""
+    resume: bool = False
+    """Continue from the newest checkpoint in --logdir."""
+    overwrite: bool = False
+    """Delete the run already in --logdir and start a new one there (without it, and
+    without --resume, a --logdir holding files is refused)."""
+    log_interval_s: float = 2.0
+    """Seconds between metrics lines."""
+    checkpoint_interval_s: float = 120.0
+    """Seconds between periodic checkpoints (one is always written at the end)."""
+    keep_checkpoints: int = 3
+    """Newest checkpoints kept per policy."""
+    target_return: Optional[float] = None
+    """Stop early once an interval's episode_return_mean reaches this (for benchmarks)."""
+    host: str = "127.0.0.1"
+    """Interface the servers bind; loopback unless you need remote actors (then use --curve)."""
+    curve: bool = False
+    """Encrypt and authenticate every stream with ZeroMQ CURVE (keys generated per run)."""
+    actor_timeout_s: float = 30.0
+    """An actor exits if its inference server is silent this long (a learner: 10x this)."""
+    actor_heartbeat_timeout_s: float = 60.0
+    """An actor silent this long while the servers are responsive is hung: it is killed and
+    restarted (0 disables)."""
+    eval_every: int = 0
+    """Evaluate the newest checkpoint every this many policy versions, in a separate
+    process, logging ``eval/*`` metrics (0: off; see ``jaxsrl/launch/periodic_eval.py``)."""
+    eval_episodes: int = 5
+    """Episodes per periodic evaluation (deterministic actions)."""
+    max_actor_restarts: int = 10
+    """Crashed or hung actors are restarted up to this many times per run (all actors
+    together), then the run stops."""
+    on_nonfinite: Literal["drop", "raise"] = "drop"
+    """A segment with NaN/Inf observations or rewards: drop it (counted) or stop the run."""
+    compilation_cache_dir: str = "~/.cache/jaxsrl/xla"
+    """JAX persistent compilation cache (later runs skip XLA compiles); "" disables it."""
+    num_learner_processes: int = 1
+    """JAX processes (e.g. one per host) running one data-parallel learner over all their
+    devices; this launcher is process 0 (``docs/architecture.md``, "Multi-host learner")."""
+    coordinator_address: str = ""
+    """--num_learner_processes>1: ``host:port`` where process 0 runs JAX's coordination
+    service (reachable by every learner process); empty: 127.0.0.1 and a free port."""
+    spawn_learner_processes: bool = True
+    """--num_learner_processes>1: start processes 1..N-1 here (through the run's spawner);
+    False: wait for them to be started on other hosts (``jaxsrl/workers/learner/process.py``)."""
+    launcher: Literal["local", "ray"] = "local"
+    """Where processes run: this machine, or a Ray cluster (``docs/cluster.md``)."""
+    ray_address: str = ""
+    """--launcher=ray: address of a running cluster (``HEAD_IP:6379``, or ``auto``);
+    empty starts a one-node Ray cluster on this machine for the run."""
+    actor_cpus: float = 1.0
+    """--launcher=ray: CPUs each actor process asks Ray for."""
+    learner_cpus: float = 1.0
+    """--launcher=ray: CPUs the accelerator process (learner + inference) asks Ray for."""
+    learner_gpus: float = 0.0
+    """--launcher=ray: GPUs the accelerator process asks Ray for (0: runs on CPU)."""
+    env_kwargs: Annotated[Optional[dict], tyro.conf.Suppress] = None
+    """Keyword arguments for the environment constructor (``[env_kwargs]`` of the TOML
+    files, then ``--env_kwargs.KEY=VALUE`` flags)."""
+    dataflow: Annotated[Optional[dict], tyro.conf.Suppress] = None
+    """Worker graph (``[dataflow]`` TOML table); default: see ``default_dataflow``."""
+
+    # -- derived values (one place) ----------------------------------------------------
+    @property
+    def envs_per_group(self) -> int:
+        return self.envs_per_actor // self.ring_size
+
+    def steps_per_update(self, rows_per_env: float = 1) -> float:
+        """Environment frames consumed by one learner update whose policy controls
+        ``rows_per_env`` agents of each environment (a mean over actor groups may be
+        fractional: ``jaxsrl.launch.launcher.planned_updates``)."""
+        return self.batch_segments * self.segment_length / rows_per_env
+
+    def num_updates(self, rows_per_env: float = 1) -> int:
+        """Planned learner updates of one policy (for learning-rate schedules)."""
+        return max(1, math.ceil(self.total_env_steps / self.steps_per_update(rows_per_env)))
+
+    def agent_config(self) -> Any:
+        """The agent's hyperparameters (its config dataclass)."""
+        return getattr(self, self.agent_field or self.agent)
+
+    def get_dataflow(self) -> Dataflow:
+        flow = (Dataflow.from_dict(self.dataflow) if self.dataflow
+                else default_dataflow(self.num_actors, self.inference_servers))
+        flow.validate()
+        return flow
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first impossible value."""
+        positive = ["total_env_steps", "num_actors", "inference_servers", "envs_per_actor",
+                    "ring_size", "segment_length", "batch_segments", "keep_checkpoints", "eval_episodes"]
+        for name in positive:
+            value = getattr(self, name)
+            if value <= 0:
+                raise ValueError(f"{name}={value} must be positive")
+        if self.envs_per_actor % self.ring_size:
+            raise ValueError(f"envs_per_actor={self.envs_per_actor} must be divisible by "
+                             f"ring_size={self.ring_size}")
+        for name in ("max_staleness", "max_actor_restarts", "inference_deadline_ms", "eval_every",
+                     "actor_heartbeat_timeout_s", "param_publish_interval_s", "max_server_restarts"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ValueError(f"{name}={value} must be >= 0")
+        for name in ("log_interval_s", "actor_timeout_s", "checkpoint_interval_s",
+                     "inference_failover_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name}={value} must be > 0")
+        if self.on_nonfinite not in ("drop", "raise"):
+            raise ValueError(f"on_nonfinite={self.on_nonfinite!r} must be 'drop' or 'raise'")
+        if not self.host:
+            raise ValueError("host='' must name an interface, e.g. 127.0.0.1")
+        if self.launcher not in ("local", "ray"):
+            raise ValueError(f"launcher={self.launcher!r} must be 'local' or 'ray'")
+        if self.ray_address and self.launcher != "ray":
+            raise ValueError(f"ray_address={self.ray_address!r} needs --launcher=ray")
+        for name in ("actor_cpus", "learner_cpus", "learner_gpus"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ValueError(f"{name}={value} must be >= 0")
+        if self.resume and self.overwrite:
+            raise ValueError("--resume and --overwrite contradict each other: continue the run "
+                             "in --logdir or replace it, not both")
+        if self.curve:
+            from jaxsrl.streams.security import check_curve_available  # noqa: PLC0415
+            check_curve_available()
+        agent_cfg = getattr(self, self.agent_field or self.agent, None)
+        minibatches = getattr(agent_cfg, "num_minibatches", 1)
+        rows = self.batch_segments * self.segment_length
+        if not isinstance(minibatches, int) or minibatches <= 0 or rows % minibatches:
+            raise ValueError(f"{self.agent_field or self.agent}.num_minibatches={minibatches} must be a positive divisor "
+                             f"of batch_segments*segment_length={self.batch_segments}*"
+                             f"{self.segment_length}={rows}")
+        steps = self.num_updates() * minibatches * getattr(agent_cfg, "num_epochs", 1)
+        if steps >= 2**31:
+            raise ValueError(f"total_env_steps={self.total_env_steps} plans {steps:,} optimiser steps; "
+                             f"learning-rate schedules count in int32 (< 2**31): lower it")
+        if self.dataflow and self.inference_servers != 1:
+            raise ValueError(f"inference_servers={self.inference_servers} applies to the default "
+                             "dataflow only; with a [dataflow] table set count on its policy_workers")
+        if self.remote_inference and self.inference_failover_s >= self.actor_timeout_s:
+            raise ValueError(f"inference_failover_s={self.inference_failover_s} must be below "
+                             f"actor_timeout_s={self.actor_timeout_s} (an actor tries the next "
+                             "server before it gives up)")
+        flow = self.get_dataflow()
+        for worker in flow.policy_workers:
+            if worker.launch_prefix and not self.remote_inference:
+                raise ValueError(f"policy worker {worker.name!r} has a launch_prefix, which needs "
+                                 "--remote_inference (local servers are threads of the learner)")
+        for group in flow.actors:
+            if not isinstance(group.count, int) or group.count <= 0:
+                raise ValueError(f"actor group {group.name!r}: count={group.count} must be positive")
+            envs = group.envs_per_actor or self.envs_per_actor
+            if not isinstance(envs, int) or envs < 0 or envs % self.ring_size:
+                raise ValueError(f"actor group {group.name!r}: envs_per_actor={envs} must be a "
+                                 f"positive multiple of ring_size={self.ring_size}")
+        self._check_learner_processes(flow)
+        agent_validate = getattr(self.agent_config(), "validate", None)
+        if agent_validate is not None:  # the agent's own hyperparameter checks
+            agent_validate()
+
+    def _check_learner_processes(self, flow: Dataflow) -> None:
+        n = self.num_learner_processes
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"num_learner_processes={n!r} must be a positive integer")
+        host, _, port = self.coordinator_address.rpartition(":")
+        if self.coordinator_address and not (host and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"coordinator_address={self.coordinator_address!r} must be host:port")
+        if n == 1:
+            return
+        if self.batch_segments % n:
+            raise ValueError(f"batch_segments={self.batch_segments} must be divisible by "
+                             f"num_learner_processes={n} (each takes an equal share)")
+        if len(flow.trainers) != 1:
+            raise ValueError(f"num_learner_processes={n} needs a dataflow with one trainer, "
+                             f"not {len(flow.trainers)}")
+        actors = sum(group.count for group in flow.actors)
+        if actors < n:
+            raise ValueError(f"num_learner_processes={n} needs at least {n} actors (each learner "
+                             f"process is fed by its own), not {actors}")
+        if self.curve:
+            raise ValueError("--curve is not supported with num_learner_processes > 1 yet")
+
+
+def config_class(agent_name: str, agent_config_cls: type) -> type:
+    """The frozen dataclass of a run with agent ``agent_name`` (field of that name).
+
+    Raises:
+      ValueError: ``agent_name`` is also the name of a run field.
+    """
+    if agent_name in {f.name for f in dataclasses.fields(RunConfig)}:
+        raise ValueError(f"Agent.name={agent_name!r} is taken by a run field: rename the agent")
+    return dataclasses.make_dataclass(
+        "TrainConfig", [(agent_name, agent_config_cls, dataclasses.field(default_factory=agent_config_cls))],
+        bases=(RunConfig,), frozen=True, namespace={"agent_field": agent_name})
+
+
+def help_text(agents: dict) -> str:
+    """The top of ``train.py --help``: how flags and files combine (the flags that the
+    config dataclass does not hold are listed here, since the pre-parser takes them)."""
+    return ("Train an agent. Values resolve in this order, later wins: dataclass defaults, "
+            "configs/<env>.toml, each --config FILE in order, then flags. "
+            "--config FILE: a TOML file layered over configs/<env>.toml (repeatable; top-level "
+            "keys are run fields, [<agent>] its hyperparameters, [env_kwargs], [dataflow]). "
+            "--env_kwargs.KEY=VALUE: an argument of the environment constructor (a TOML "
+            "value; a bare word is a string). "
+            f"Built-in agents: {', '.join(sorted(agents))}; or --agent=package.module:AGENT.")
+
+
+def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -> Any:
+    """Parse the command line into a validated, frozen run config.
+
+    Args:
+      args: command-line arguments (default ``sys.argv[1:]``).
+      agents: the agent registry (default ``agents.AGENTS``); ``--agent`` may also be a
+        ``package.module:AGENT`` reference.
+
+    Raises:
+      ValueError: unknown agent, environment, config file or key, a malformed
+        ``--env_kwargs`` flag, or an impossible value — before any process starts.
+      SystemExit: bad flags (tyro prints the error and the valid flags).
+    """
+    from agents import AGENTS, get_agent  # noqa: PLC0415  (agents import this module's users)
+    from jaxsrl.envs import check_env_name  # noqa: PLC0415
+    agents = AGENTS if agents is None else agents
+    args = list(sys.argv[1:] if args is None else args)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--agent", default="ppo")
+    pre.add_argument("--env", default="CartPole-v1")
+    pre.add_argument("--config", action="append", default=[])
+    pre.add_argument("--logdir", default="")
+    pre.add_argument("--resume", action="store_true")
+    known, rest = pre.parse_known_args(args)
+    rest, env_kwargs = layers.split_env_kwargs_flags(rest)
+    saved = _saved_config(known.logdir) if known.resume else None
+    if saved is not None:  # --resume: the run's own config, then the flags given now
+        explicit = {a.split("=")[0] for a in args}
+        for key in ("agent", "env"):
+            given = getattr(known, key)
+            if f"--{key}" in explicit and given != saved.get(key):
+                raise ValueError(f"--resume: --{key}={given} but the run in {known.logdir} was "
+                                 f"made with {key}={saved.get(key)!r}")
+            setattr(known, key, saved.get(key, given))
+    rest = list(rest) + (["--logdir", known.logdir] if known.logdir else []) + (
+        ["--resume"] if known.resume else [])
+    agent = get_agent(known.agent, agents)
+    check_env_name(known.env)
+    cls = config_class(agent.name, agent.config_cls)
+    cfg = cls(agent=known.agent, env=known.env)
+    for path in known.config:
+        if not os.path.isfile(path):
+            raise ValueError(f"--config {path!r}: no such file")
+    if saved is not None:
+        known_keys = {f.name for f in dataclasses.fields(cls)} - {"agent", "env", "logdir", "resume",
+                                                                    "overwrite"}
+        fields = {k: v for k, v in saved.items() if k in known_keys}  # older/newer keys: skipped
+        cfg = layers.apply_table(cfg, fields, os.path.join(known.logdir, "config.json"))
+    elif os.path.exists(layers.config_file_for(known.env)):
+        cfg = layers.apply_file(cfg, layers.config_file_for(known.env))
+    for path in known.config:
+        cfg = layers.apply_file(cfg, path)
+    cfg = tyro.cli(cls, default=cfg, args=list(rest) + ["--agent", known.agent, "--env", known.env],
+                   use_underscores=True, prog="train.py", description=help_text(agents))
+    if env_kwargs:
+        cfg = dataclasses.replace(cfg, env_kwargs={**(cfg.env_kwargs or {}), **env_kwargs})
+    cfg.validate()
+    return cfg
+
+
+def _saved_config(logdir: str) -> dict | None:
+    """``LOGDIR/config.json`` of an earlier run (``None`` if there is none).
+
+    Raises:
+      ValueError: the file exists but is not a JSON object.
+    """
+    path = os.path.join(logdir, "config.json") if logdir else ""
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--resume: cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--resume: {path} is not a JSON object")
+    return data
+
+
+def to_dict(cfg: Any) -> dict:
+    """Plain-data form of a config (for ``config.json``)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))

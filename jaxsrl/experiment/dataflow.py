@@ -1,0 +1,182 @@
+"""The experiment as data: worker groups joined by named streams (SRL's central idea).
+
+A :class:`Dataflow` lists actor groups, policy (inference) workers and trainer
+(learner) workers; streams are just names shared between them. The launcher builds
+whatever graph it is given, so "two policies fed by two actor groups" or "two
+inference servers sharing one learner" need a config, not new runtime code::
+
+    Dataflow(
+        actors=(ActorGroup("actors", count=2, inference_stream="inference",
+                           sample_stream="samples"),),
+        policy_workers=(PolicyWorkerSpec("policy", inference_stream="inference",
+                                         policy="default"),),
+        trainers=(TrainerSpec("trainer", sample_stream="samples", policy="default"),))
+
+Rules (checked by :meth:`Dataflow.validate`): every inference stream is served by
+exactly one policy worker and every sample stream is read by exactly one trainer;
+each policy has exactly one trainer; an actor group's two streams belong to the same
+policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorGroup:
+    """``count`` actor processes sharing one configuration.
+
+    Attributes:
+      name: group name (process names, logs).
+      count: actor processes in the group.
+      inference_stream: stream carrying observations to a policy worker.
+      sample_stream: stream carrying trajectory segments to a trainer.
+      envs_per_actor: environments per process (0: the run's ``envs_per_actor``).
+      teams: for multi-agent envs with a policy per team: team -> ``[inference_stream,
+        sample_stream]`` for that team's agents (then the two fields above are unused).
+      launch_prefix: command prefix that places the group's processes, e.g.
+        ``["ip", "netns", "exec", "host1"]`` (empty: this machine). The prefix must keep
+        the launcher as the process's parent (actors exit when their parent is not the
+        launcher), so ``ssh`` does not fit; use ``--launcher=ray`` for other machines.
+    """
+
+    name: str
+    count: int
+    inference_stream: str = ""
+    sample_stream: str = ""
+    envs_per_actor: int = 0
+    teams: Optional[dict] = None
+    launch_prefix: tuple = ()
+
+    def bindings(self) -> list:
+        """``[(team or None, inference_stream, sample_stream), ...]`` of this group."""
+        if self.teams:
+            return [(team, pair[0], pair[1]) for team, pair in sorted(self.teams.items())]
+        return [(None, self.inference_stream, self.sample_stream)]
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyWorkerSpec:
+    """Inference server(s) reading ``policy``'s parameters, serving ``inference_stream``.
+
+    Attributes:
+      count: servers of the stream; its actors are dealt out round-robin
+        (``jaxsrl/launch/topology.py``); several are named ``name[0]``, ``name[1]``, ...
+      launch_prefix: command prefix placing remote servers (``--remote_inference``),
+        like :attr:`ActorGroup.launch_prefix`.
+    """
+
+    name: str
+    inference_stream: str
+    policy: str
+    count: int = 1
+    launch_prefix: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerSpec:
+    """A learner of ``policy`` reading ``sample_stream``."""
+
+    name: str
+    sample_stream: str
+    policy: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataflow:
+    """Worker groups and the streams between them."""
+
+    actors: tuple
+    policy_workers: tuple
+    trainers: tuple
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "Dataflow":
+        """Build from plain data (e.g. a ``[dataflow]`` table of a TOML config).
+
+        Raises:
+          ValueError: unknown keys or missing fields, naming them.
+        """
+        unknown = set(data) - {"actors", "policy_workers", "trainers"}
+        if unknown:
+            raise ValueError(f"unknown dataflow keys {sorted(unknown)}")
+
+        def build(kind, items):
+            out = []
+            for item in items:
+                try:
+                    out.append(kind(**item))
+                except TypeError as exc:
+                    raise ValueError(f"bad {kind.__name__} {dict(item)!r}: {exc}") from None
+            return tuple(out)
+
+        return cls(build(ActorGroup, data.get("actors", ())),
+                   build(PolicyWorkerSpec, data.get("policy_workers", ())),
+                   build(TrainerSpec, data.get("trainers", ())))
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first broken rule (see module docstring)."""
+        if not self.actors or not self.policy_workers or not self.trainers:
+            raise ValueError("a dataflow needs at least one actor group, policy worker and trainer")
+        names = [w.name for w in (*self.actors, *self.policy_workers, *self.trainers)]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"worker names must be unique, repeated: {sorted(dup)}")
+        serving = {}
+        for w in self.policy_workers:
+            if type(w.count) is not int or w.count < 1:  # noqa: E721
+                raise ValueError(f"policy worker {w.name!r} has count={w.count!r}; need an integer >= 1")
+            if not isinstance(w.launch_prefix, (list, tuple)) or not all(
+                    isinstance(p, str) for p in w.launch_prefix):
+                raise ValueError(f"policy worker {w.name!r}: launch_prefix must be a list of "
+                                 f"strings, got {w.launch_prefix!r}")
+            if w.inference_stream in serving:
+                raise ValueError(f"inference stream {w.inference_stream!r} has two servers")
+            serving[w.inference_stream] = w.policy
+        learning = {}
+        for t in self.trainers:
+            if t.sample_stream in learning:
+                raise ValueError(f"sample stream {t.sample_stream!r} has two trainers")
+            if t.policy in learning.values():
+                raise ValueError(f"policy {t.policy!r} has two trainers")
+            learning[t.sample_stream] = t.policy
+        for w in self.policy_workers:
+            if w.policy not in learning.values():
+                raise ValueError(f"policy worker {w.name!r} serves policy {w.policy!r}, "
+                                 "which no trainer learns")
+        for a in self.actors:
+            if a.count < 1:
+                raise ValueError(f"actor group {a.name!r} has count={a.count}; need >= 1")
+            if not isinstance(a.launch_prefix, (list, tuple)) or not all(
+                    isinstance(p, str) for p in a.launch_prefix):
+                raise ValueError(f"actor group {a.name!r}: launch_prefix must be a list of "
+                                 f"strings, got {a.launch_prefix!r}")
+            if a.teams is not None and not all(
+                    isinstance(v, (list, tuple)) and len(v) == 2 for v in a.teams.values()):
+                raise ValueError(f"actor group {a.name!r}: teams must map team -> "
+                                 f"[inference_stream, sample_stream], got {a.teams!r}")
+            for _, inference, sample in a.bindings():
+                if inference not in serving:
+                    raise ValueError(f"actor group {a.name!r}: no policy worker serves "
+                                     f"inference stream {inference!r}")
+                if sample not in learning:
+                    raise ValueError(f"actor group {a.name!r}: no trainer reads "
+                                     f"sample stream {sample!r}")
+                if serving[inference] != learning[sample]:
+                    raise ValueError(f"actor group {a.name!r} acts with policy "
+                                     f"{serving[inference]!r} but feeds the trainer of "
+                                     f"{learning[sample]!r}")
+
+    def policies(self) -> list[str]:
+        return [t.policy for t in self.trainers]
+
+
+def default_dataflow(num_actors: int, inference_servers: int = 1) -> Dataflow:
+    """One actor group, ``inference_servers`` inference servers and one learner of the
+    policy ``"default"``."""
+    return Dataflow(
+        actors=(ActorGroup("actors", num_actors, "inference", "samples"),),
+        policy_workers=(PolicyWorkerSpec("policy", "inference", "default", inference_servers),),
+        trainers=(TrainerSpec("trainer", "samples", "default"),))

@@ -1,0 +1,81 @@
+"""Periodic evaluation during training (``--eval_every``), in a separate process.
+
+Every ``eval_every`` policy versions the launcher asks the learners for a checkpoint
+and, once it is on disk, starts ``scripts/evaluate.py --logdir LOGDIR --json ...`` as
+a child process (one at a time), so evaluation never stalls the actors or the
+learner. When it finishes, its summary is logged into ``metrics.jsonl`` under
+``eval/`` keys (``eval/return_mean``, ``eval/return_mean/<team>``, ``eval/policy_version``,
+...), separately from the training returns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from jaxsrl.core.paths import REPO_ROOT
+
+log = logging.getLogger("jaxsrl.eval")
+
+
+class PeriodicEvaluator:
+    """Starts and collects evaluation processes for one run.
+
+    Args:
+      logdir: the run folder (``config.json`` and ``checkpoints/``).
+      every: policy versions between evaluations (0: never).
+      episodes: episodes per evaluation.
+    """
+
+    def __init__(self, logdir: str, every: int, episodes: int):
+        self.logdir, self.every, self.episodes = logdir, every, episodes
+        self.next_version = every
+        self.proc: subprocess.Popen | None = None
+        self.pending_version: int | None = None  # waiting for this checkpoint
+        self._out = os.path.join(logdir, "eval")
+
+    def due(self, version: int) -> bool:
+        """True when a checkpoint for an evaluation should be requested now."""
+        return (self.every > 0 and self.proc is None and self.pending_version is None
+                and version >= self.next_version)
+
+    def requested(self, version: int) -> None:
+        self.pending_version = version
+
+    def poll(self, saved_version: int | None) -> dict | None:
+        """Start the evaluation once the checkpoint exists; return a finished one's metrics."""
+        if self.pending_version is not None and saved_version is not None \
+                and saved_version >= self.pending_version:
+            os.makedirs(self._out, exist_ok=True)
+            path = os.path.join(self._out, f"v{saved_version}.json")
+            cmd = [sys.executable, os.path.join(REPO_ROOT, "scripts", "evaluate.py"),
+                   "--logdir", self.logdir, "--episodes", str(self.episodes), "--json", path]
+            env = dict(os.environ, JAXSRL_TENSORBOARD="0", JAXSRL_PROGRESS="0")
+            self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, text=True)
+            self._path, self._version = path, saved_version
+            self.pending_version = None
+            self.next_version = saved_version + self.every
+            return None
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        code, err = self.proc.returncode, self.proc.stderr.read() if self.proc.stderr else ""
+        self.proc = None
+        if code != 0 or not os.path.exists(self._path):
+            log.warning("evaluation of version %d failed (exit %s): %s", self._version, code,
+                        err.strip().splitlines()[-1:] or "")
+            return {"eval/failures": 1.0}
+        with open(self._path) as f:
+            summary = json.load(f)["summary"]
+        out = {f"eval/{k}": float(v) for k, v in summary.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        out["eval/policy_version"] = float(self._version)
+        log.info("evaluation of version %d: return %.2f", self._version, out.get("eval/return_mean", float("nan")))
+        return out
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,414 @@
+"""Cluster placement on Ray: ``--launcher=ray`` runs a training run's processes on a Ray cluster.
+
+What runs where:
+  * the **accelerator process** (the launcher's :func:`~jaxsrl.launch.launcher.train`: learner
+    and inference server threads, metrics, checkpoints) is an :class:`AcceleratorHost`
+    Ray actor with the resource request ``num_cpus=learner_cpus,
+    num_gpus=learner_gpus``, on whichever node Ray picks;
+  * every **child process** the launcher starts (actors; remote inference servers and
+    learner processes once the dataflow has them) is hosted by a :class:`ProcessHost`
+    Ray actor with its own resource request (``num_cpus=actor_cpus`` for actors), which
+    runs the same ``python -m <module> '<json spec>'`` command on its node. The launcher
+    sees a :class:`RayProcess`, a ``subprocess.Popen``-like handle, so its watch /
+    restart / stop logic is the one of a local run: a crashed or hung actor is started
+    again through the same spawner, possibly on another node.
+
+Code on the nodes: the driver ships this checkout as the job's Ray ``runtime_env``
+``working_dir`` (a zip of the repository, ``.gitignore`` respected), so every node
+imports the same ``jaxsrl`` and ``agents`` without a shared filesystem; the Python
+packages (JAX, gymnasium, Ray, ...) must already be installed on every node.
+
+Teardown: Ctrl-C or SIGTERM on the driver sends SIGTERM to the accelerator process,
+which stops as a local run does (actors stopped, final checkpoint); a second Ctrl-C,
+or no end within ``STOP_GRACE_S``, kills it. Child processes die with their host (the
+actor worker sets ``PR_SET_PDEATHSIG`` with the host's pid, which :class:`ProcessHost`
+writes into the spec's ``parent_pid``), hosts die with the accelerator actor that owns
+them, and that one with the driver (Ray's ownership), so nothing outlives the run.
+
+See ``docs/cluster.md`` for running on a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any, Sequence
+
+try:
+    import ray
+    import ray.exceptions
+    import ray.util
+except ImportError as exc:  # pragma: no cover - exercised only without Ray installed
+    raise ImportError("--launcher=ray needs Ray: pip install -e '.[ray]'") from exc
+
+from jaxsrl.streams import security
+from jaxsrl.launch.processes import REPO_ROOT
+
+log = logging.getLogger("jaxsrl")
+
+ACTOR_MODULE = "jaxsrl.workers.actor"
+LEARNER_MODULE = "jaxsrl.workers.learner"
+NODE_IP_ENV = "JAXSRL_NODE_IP"  # handed to every hosted process: the address of its node
+STOP_GRACE_S = 120.0  # a clean stop saves a checkpoint: give it this long after Ctrl-C
+START_TIMEOUT_S = 300.0  # a child not placed and started by then: the cluster lacks resources
+# Not shipped to the nodes: version control, run folders, documentation, tests.
+WORKING_DIR_EXCLUDES = [".git", "runs", "docs", "tests", "*.egg-info", "__pycache__"]
+
+
+class ProcessHost:
+    """Ray actor hosting one worker process on the node Ray placed it on.
+
+    Async actor: every method runs on one event-loop thread that lives as long as the
+    actor, so the child's ``PR_SET_PDEATHSIG`` (tied to the thread that forked it)
+    fires exactly when the host dies.
+    """
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    async def start(self, argv: list[str], env: dict[str, str], prefix: Sequence[str] = ()) -> dict:
+        """Start ``prefix + argv`` here; return ``{"pid", "node_ip"}``.
+
+        ``python -m`` commands run with this node's interpreter; a JSON spec's
+        ``parent_pid`` becomes this host's pid (the child dies with its host); the
+        child's environment is this node's, plus ``env`` and ``JAXSRL_NODE_IP``.
+        """
+        from jaxsrl.launch.processes import child_env  # noqa: PLC0415  (this node's checkout)
+        argv = list(argv)
+        if len(argv) > 2 and argv[1] == "-m":
+            argv[0] = sys.executable
+        if argv and argv[-1].startswith("{"):
+            spec = json.loads(argv[-1])
+            if "parent_pid" in spec:
+                argv[-1] = json.dumps({**spec, "parent_pid": os.getpid()})
+        node_ip = ray.util.get_node_ip_address()
+        self.proc = subprocess.Popen([*prefix, *argv], env=child_env({NODE_IP_ENV: node_ip, **env}),
+                                     start_new_session=True)
+        return {"pid": self.proc.pid, "node_ip": node_ip}
+
+    async def wait_exit(self) -> int:
+        """The child's exit status once it has exited (negative: killed by that signal)."""
+        import asyncio  # noqa: PLC0415
+        while self.proc.poll() is None:
+            await asyncio.sleep(0.05)
+        return self.proc.returncode
+
+    async def send_signal(self, signum: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
+
+class RayProcess:
+    """``subprocess.Popen``-like handle of a process hosted by a :class:`ProcessHost`.
+
+    ``poll`` and ``wait`` watch one pending ``wait_exit`` result (no remote call per
+    poll). A host that dies (node lost, ``ray.kill``) reads as ``-SIGKILL``. Once the
+    process has exited, the host is killed so its resources are free for a restart.
+
+    Attributes:
+      pid: the process id on its node (``node_ip``).
+      returncode: ``None`` while running, then the exit status.
+      args: the command, for ``subprocess.TimeoutExpired``.
+    """
+
+    def __init__(self, host: Any, pid: int, node_ip: str, args: list[str]):
+        self.pid, self.node_ip, self.args = pid, node_ip, args
+        self.returncode: int | None = None
+        self._host = host
+        self._exit = host.wait_exit.remote()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            ready, _ = ray.wait([self._exit], timeout=0)
+            if ready:
+                self._finish()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the process exits; ``subprocess.TimeoutExpired`` after ``timeout`` s."""
+        if self.returncode is None:
+            ready, _ = ray.wait([self._exit], timeout=timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._finish()
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is not None:
+            return
+        try:
+            ray.get(self._host.send_signal.remote(int(signum)), timeout=30)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            ray.kill(self._host)  # unreachable host: kill it, and its process with it
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _finish(self) -> None:
+        try:
+            self.returncode = ray.get(self._exit)
+        except ray.exceptions.RayError:  # the host (or its node) died, and the process with it
+            self.returncode = -signal.SIGKILL
+        ray.kill(self._host)
+
+
+class RaySpawner:
+    """A :class:`~jaxsrl.launch.processes.Spawner` that runs each child in its own Ray actor.
+
+    Args:
+      resources: Ray resource options per ``python -m`` module, e.g.
+        ``{"jaxsrl.workers.actor": {"num_cpus": 1.0}}``.
+      default: options of any other module (default ``{"num_cpus": 1.0}``).
+      start_timeout_s: a child not placed and started within this many seconds
+        raises :class:`~jaxsrl.launch.launcher.ComponentDied` naming its resource request.
+    """
+
+    def __init__(self, resources: dict[str, dict] | None = None, default: dict | None = None,
+                 start_timeout_s: float = START_TIMEOUT_S):
+        self.resources = dict(resources or {})
+        self.default = dict(default or {"num_cpus": 1.0})
+        self.start_timeout_s = start_timeout_s
+
+    def options_for(self, argv: Sequence[str]) -> dict:
+        module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else None
+        return self.resources.get(module, self.default)
+
+    def __call__(self, argv: list[str], env: dict[str, str], prefix: Sequence[str] = ()) -> RayProcess:
+        options = self.options_for(argv)
+        host = ray.remote(ProcessHost).options(**options).remote()
+        try:
+            info = ray.get(host.start.remote(list(argv), dict(env), tuple(prefix)),
+                           timeout=self.start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(host)
+            from jaxsrl.launch.launcher import ComponentDied  # noqa: PLC0415
+            raise ComponentDied(
+                f"Ray did not start {' '.join(argv[1:3])} with {options} within "
+                f"{self.start_timeout_s:.0f} s: no node has those resources free "
+                f"(available: {ray.available_resources()})") from None
+        except ray.exceptions.RayActorError:  # the host died (e.g. its node): reads as killed
+            info = {"pid": -1, "node_ip": ""}
+        return RayProcess(host, info["pid"], info["node_ip"], [*prefix, *argv])
+
+
+def spawner_for(cfg: Any) -> RaySpawner:
+    """The spawner of a run: actors ask for ``num_cpus=cfg.actor_cpus``, learner
+    processes (``--num_learner_processes``) for what the accelerator process asks,
+    anything else (remote inference servers) for one CPU."""
+    learner = {"num_cpus": cfg.learner_cpus, "num_gpus": cfg.learner_gpus}
+    return RaySpawner({ACTOR_MODULE: {"num_cpus": cfg.actor_cpus}, LEARNER_MODULE: learner})
+
+
+def _server_host(cfg: Any) -> str:
+    """Interface the servers bind on the accelerator's node.
+
+    On a cluster given by ``ray_address`` actors may run on other nodes: a loopback or
+    wildcard ``--host`` becomes this node's IP (``--curve`` is advised, the launcher
+    warns without it). A cluster started by this run has one node: ``cfg.host`` stays.
+    """
+    if cfg.ray_address and (security.is_loopback(cfg.host) or cfg.host in ("0.0.0.0", "*")):
+        return ray.util.get_node_ip_address()
+    return cfg.host
+
+
+class AcceleratorHost:
+    """Ray actor running the accelerator process: :func:`jaxsrl.launch.launcher.train`.
+
+    A plain (synchronous, one-at-a-time) Ray actor runs its methods on the worker's main
+    thread, where ``train`` installs its SIGTERM handler: SIGTERM to this process is a
+    clean stop (actors stopped, final checkpoint), as for a local run.
+    """
+
+    def where(self) -> dict:
+        """``{"node_id", "node_ip", "pid"}`` of this process."""
+        return {"node_id": ray.get_runtime_context().get_node_id(),
+                "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+
+    def train(self, cfg: Any) -> dict:
+        """``{"record": train's result, "interrupted": False}``, or ``interrupted: True``
+        after a clean stop on SIGTERM."""
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
+                            datefmt="%H:%M:%S")
+        logging.getLogger("absl").setLevel(logging.WARNING)
+        logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
+        from jaxsrl.launch.launcher import train  # noqa: PLC0415  (imports JAX, on this node only)
+        cfg = dataclasses.replace(cfg, host=_server_host(cfg))
+        log.info("accelerator process on node %s (pid %d); servers bind %s",
+                 ray.util.get_node_ip_address(), os.getpid(), cfg.host)
+        try:
+            return {"record": train(cfg, spawner=spawner_for(cfg)), "interrupted": False}
+        except KeyboardInterrupt:
+            return {"record": None, "interrupted": True}
+
+
+def _send_signal(where: dict, signum: int) -> None:
+    """Send ``signum`` to process ``where["pid"]`` on node ``where["node_id"]``."""
+    if where["node_id"] == ray.get_runtime_context().get_node_id():
+        os.kill(where["pid"], signum)
+        return
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
+    strategy = NodeAffinitySchedulingStrategy(where["node_id"], soft=False)
+    ray.get(ray.remote(os.kill).options(num_cpus=0, scheduling_strategy=strategy)
+            .remote(where["pid"], signum), timeout=60)
+
+
+def cpus_wanted(cfg: Any) -> float:
+    """CPUs the processes of a run ask Ray for, all together (see :func:`spawner_for`)."""
+    flow = cfg.get_dataflow()
+    servers = sum(getattr(p, "count", 1) for p in flow.policy_workers)
+    return (cfg.learner_cpus * getattr(cfg, "num_learner_processes", 1)
+            + cfg.actor_cpus * sum(a.count for a in flow.actors)
+            + (servers if getattr(cfg, "remote_inference", False) else 0))
+
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def _stay_on_loopback() -> None:
+    """Make a Ray cluster started by this process bind and advertise 127.0.0.1.
+
+    Ray's switch for one-machine clusters (``ray/_private/ray_constants.py``,
+    ``ENABLE_RAY_CLUSTER``; read by ``services.get_node_ip_address``) is an environment
+    variable read when Ray is imported: set it for the processes Ray starts, and on the
+    already imported constant for this one. Without it Ray uses the machine's network
+    address even for a cluster that no other node can join.
+    """
+    if os.environ.get(LOOPBACK_ENV) == "1":
+        return  # the user asked for a joinable cluster
+    os.environ[LOOPBACK_ENV] = "0"
+    from ray._private import ray_constants  # noqa: PLC0415
+    if hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+        ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def connect(cfg: Any) -> bool:
+    """Join the cluster at ``cfg.ray_address``, or start a one-node cluster here.
+
+    Returns True if this call connected (the caller disconnects, which also stops a
+    cluster started here). A cluster started here stays on loopback (no node but this
+    one can join it), and so does a driver given a loopback ``ray_address``.
+    """
+    runtime_env = {"working_dir": REPO_ROOT, "excludes": WORKING_DIR_EXCLUDES}
+    if ray.is_initialized():
+        return False
+    if not cfg.ray_address or security.is_loopback(cfg.ray_address.rsplit(":", 1)[0]):
+        _stay_on_loopback()  # else Ray rewrites 127.0.0.1 to the machine's network address
+    local = {}
+    if not cfg.ray_address:  # as many CPUs as the run asks for: a local run oversubscribes too
+        local["num_cpus"] = max(os.cpu_count() or 1, math.ceil(cpus_wanted(cfg)))
+        # Ray runs workers at nice 15 (RayConfig worker_niceness); a local run's processes
+        # have the default priority: same here, or other work on the machine starves them.
+        os.environ.setdefault("RAY_worker_niceness", "0")
+    check_reachable(cfg.ray_address)
+    ray.init(address=cfg.ray_address or None, runtime_env=runtime_env,
+             include_dashboard=False, logging_level=logging.WARNING, **local)
+    return True
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a ``--ray_address`` nobody listens at (``ray.init`` would retry for
+    minutes). ``""`` and ``auto`` are left to Ray.
+
+    Raises:
+      ValueError: no TCP connection to ``HOST:PORT`` within ``timeout_s``, naming it.
+    """
+    if not address or address == "auto" or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--ray_address={address!r} must be HOST:PORT (e.g. 10.0.0.1:6379) or 'auto'")
+    import socket  # noqa: PLC0415
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ValueError(f"--ray_address={address}: no Ray head answers there ({exc}); start one "
+                         "with `ray start --head --port=PORT` or fix the address") from None
+
+
+def train_on_ray(cfg: Any) -> dict:
+    """Run the experiment ``cfg`` on a Ray cluster; same result as :func:`jaxsrl.launch.launcher.train`.
+
+    Connects to ``cfg.ray_address`` (or starts a one-node cluster, shut down at the end;
+    an already connected driver is used as it is), runs the accelerator process in an
+    :class:`AcceleratorHost` (``num_cpus=learner_cpus``, ``num_gpus=learner_gpus``)
+    whose actors are Ray actors (``num_cpus=actor_cpus``), and waits for it.
+    ``cfg.logdir`` is made absolute: it is a path on the accelerator's node (use a
+    shared filesystem to read it elsewhere).
+
+    Returns:
+      The last metrics record plus ``logdir``, as :func:`~jaxsrl.launch.launcher.train`.
+
+    Raises:
+      As :func:`~jaxsrl.launch.launcher.train` (``ComponentDied``, ``ValueError``, ...), raised
+      on the driver; ``ComponentDied`` also when Ray cannot place the accelerator
+      process in ``START_TIMEOUT_S`` or it dies; ``KeyboardInterrupt`` after Ctrl-C or
+      SIGTERM and a clean stop.
+    """
+    cfg.validate()
+    from jaxsrl.launch.launcher import ComponentDied, default_logdir  # noqa: PLC0415
+    cfg = dataclasses.replace(cfg, logdir=os.path.abspath(cfg.logdir or default_logdir(cfg)))
+    started = connect(cfg)
+    host = None
+    try:
+        options = {"num_cpus": cfg.learner_cpus, "num_gpus": cfg.learner_gpus}
+        host = ray.remote(AcceleratorHost).options(max_restarts=0, **options).remote()
+        log.info("placing the accelerator process (%s); actors ask for num_cpus=%g each; "
+                 "logs in %s", options, cfg.actor_cpus, cfg.logdir)
+        try:
+            where = ray.get(host.where.remote(), timeout=START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            raise ComponentDied(
+                f"Ray did not start the accelerator process with {options} within "
+                f"{START_TIMEOUT_S:.0f} s: no node has those resources free "
+                f"(available: {ray.available_resources()})") from None
+        result = _wait(host.train.remote(cfg), where)
+        if result["interrupted"]:  # its process got SIGTERM from elsewhere
+            raise KeyboardInterrupt("the accelerator process was stopped")
+        return result["record"]
+    except ray.exceptions.RayActorError as exc:
+        from jaxsrl.launch.launcher import ComponentDied  # noqa: PLC0415
+        raise ComponentDied(f"the accelerator process died: {exc}") from exc
+    finally:
+        if host is not None:
+            ray.kill(host)  # frees its GPU now; its process hosts (and children) die with it
+        if started:
+            ray.shutdown()
+
+
+def _raise_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _wait(ref: Any, where: dict) -> dict:
+    """``ray.get(ref)`` of ``AcceleratorHost.train``; on Ctrl-C/SIGTERM here, stop it
+    cleanly (SIGTERM to the accelerator process), or kill it on a second Ctrl-C or
+    after ``STOP_GRACE_S``, then raise ``KeyboardInterrupt``."""
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
+    try:
+        try:
+            return ray.get(ref)
+        except KeyboardInterrupt:
+            log.warning("interrupted: stopping the run on the cluster (checkpoint; Ctrl-C "
+                        "again to kill it)")
+            try:
+                _send_signal(where, signal.SIGTERM)
+                ray.get(ref, timeout=STOP_GRACE_S)
+            except (KeyboardInterrupt, ray.exceptions.GetTimeoutError):
+                log.warning("killing the accelerator process (its actors die with it)")
+            except ray.exceptions.RayError as exc:
+                log.warning("the accelerator process failed while stopping: %s", exc)
+            raise KeyboardInterrupt from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, old)

@@ -1,0 +1,1 @@
+"""Devices and multi-host (jax.distributed) learners."""

@@ -1,0 +1,130 @@
+"""Guards shared by the servers of a run: who may talk to them, and how drops are logged.
+
+* :class:`ActorTable` — the run id each actor id currently has (set by the launcher
+  when it starts or restarts an actor) and when each actor was last heard from. The
+  policy workers and trainers check every message's ``actor``/``run`` meta against it
+  (a message of an unknown actor, or of a previous run of a restarted actor, is
+  dropped, so a restarted actor's half-finished state is never mixed with its new
+  one) and record the time of each valid one (the launcher's hang detection).
+* :class:`DropLog` — rate-limited "dropped a malformed message" warnings, so a flood of
+  hostile messages cannot flood the log (every drop is still counted in metrics); the
+  expected drops of a restarted actor's previous run are logged as such, not as malformed.
+* :func:`nonfinite_arrays` — names of float arrays holding NaN or Inf.
+
+This module imports no JAX.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Mapping
+
+import numpy as np
+
+from jaxsrl.streams.wire import WireError
+
+_MAX_ID = 2**63
+
+
+class StaleRunError(WireError):
+    """A message from an actor id whose run id is not the current one (a restarted actor)."""
+
+
+def message_ids(meta: Mapping) -> tuple[int, int]:
+    """``(actor, run)`` of a message's meta.
+
+    Raises:
+      WireError: a missing or non-integer id.
+    """
+    ids = []
+    for key in ("actor", "run"):
+        value = meta.get(key)
+        if type(value) is not int or not 0 <= value < _MAX_ID:  # noqa: E721 (bool is not an id)
+            raise WireError(f"meta {key!r} must be a non-negative integer, got {value!r}")
+        ids.append(value)
+    return ids[0], ids[1]
+
+
+class ActorTable:
+    """Current run id and last-seen time of every actor of a run. Thread-safe."""
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._runs: dict[int, int] = {}
+        self._seen: dict[int, float] = {}
+
+    def register(self, actor_id: int, run_id: int) -> None:
+        """Make ``run_id`` the only accepted run of ``actor_id`` (start or restart)."""
+        with self._lock:
+            self._runs[int(actor_id)] = int(run_id)
+            self._seen[int(actor_id)] = self._clock()
+
+    def check(self, meta: Mapping) -> int:
+        """Validate a message's ids; returns the actor id.
+
+        Raises:
+          WireError: missing or malformed ids, or an actor id this run never started.
+          StaleRunError: the run id is not the actor's current one.
+        """
+        actor, run = message_ids(meta)
+        with self._lock:
+            current = self._runs.get(actor)
+        if current is None:
+            raise WireError(f"unknown actor id {actor}")
+        if run != current:
+            raise StaleRunError(f"run id {run} of actor {actor} is not its current run {current} "
+                                f"(a message from before a restart)")
+        return actor
+
+    def seen(self, actor_id: int) -> None:
+        """Record that a valid message of ``actor_id`` arrived now."""
+        now = self._clock()
+        with self._lock:
+            if actor_id in self._seen:
+                self._seen[actor_id] = now
+
+    def last_seen(self, actor_id: int) -> float | None:
+        with self._lock:
+            return self._seen.get(actor_id)
+
+
+class DropLog:
+    """Warn about dropped messages, at most ``per_second`` lines a second per worker.
+
+    Suppressed drops are summarised in the next line that gets through.
+    """
+
+    def __init__(self, logger: logging.Logger, what: str, per_second: float = 5.0):
+        self._log, self._what = logger, what
+        self._interval = 1.0 / per_second
+        self._next = 0.0
+        self._suppressed = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, worker: str, reason: object) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                self._suppressed += 1
+                return
+            self._next = now + self._interval
+            suppressed, self._suppressed = self._suppressed, 0
+        more = f" ({suppressed} more dropped since the last such line)" if suppressed else ""
+        if isinstance(reason, StaleRunError):  # expected for a moment after an actor restart
+            self._log.info("%s: dropped a %s of an actor's previous run (expected after a "
+                           "restart): %s%s", worker, self._what, reason, more)
+            return
+        self._log.warning("%s: dropped a malformed %s: %s%s", worker, self._what, reason, more)
+
+
+def nonfinite_arrays(arrays: Mapping[str, np.ndarray], names=None) -> list[str]:
+    """Names (among ``names``, default all) of floating-point arrays holding NaN or Inf."""
+    bad = []
+    for name in (arrays if names is None else names):
+        arr = arrays[name]
+        if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+            bad.append(name)
+    return bad

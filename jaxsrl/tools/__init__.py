@@ -1,0 +1,1 @@
+"""User-facing tools over finished or running experiments: evaluation, plots, multi-seed runs."""

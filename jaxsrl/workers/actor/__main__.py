@@ -1,0 +1,7 @@
+"""``python -m jaxsrl.workers.actor SPEC_JSON``: one actor process."""
+
+import sys
+
+from jaxsrl.workers.actor.worker import main
+
+sys.exit(main())

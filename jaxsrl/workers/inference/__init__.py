@@ -1,0 +1,1 @@
+"""The inference (policy) worker: batches actors' observations and answers with actions."""

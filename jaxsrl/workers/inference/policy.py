@@ -1,0 +1,234 @@
+"""Policy worker (inference server): batches actors' observations and answers with actions.
+
+Runs as a thread of the accelerator process. It binds a ZeroMQ ROUTER socket; each
+``act`` request carries one actor group's observations. The worker drains every
+request that is waiting (and, with a deadline, waits a little for more), pads the
+rows to the smallest fitting bucket size so that XLA never recompiles after warm-up,
+runs the jitted ``act`` over the local devices with the newest parameters from the
+:class:`~jaxsrl.streams.params.ParameterStore` (on device, shared with the learner), and
+answers each actor with its slice.
+
+Hostile or broken input: a request that is not a well-formed ``act`` message of this
+server's schema, is larger than the server takes, or whose ``actor``/``run`` ids are
+not those of a live actor of the run (:class:`~jaxsrl.streams.admission.ActorTable`) is
+dropped with a (rate-limited) logged reason and counted in ``dropped_requests``; the
+server keeps serving. Frames larger than any valid array are cut by ZeroMQ before
+they are buffered (``MAXMSGSIZE``: the peer is disconnected).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+import jax
+import numpy as np
+import zmq
+
+from jaxsrl.streams import security
+from jaxsrl.streams import wire
+from jaxsrl.streams.spaces import obs_schema, unflatten_obs
+from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.streams.carry import CarryCodec
+from jaxsrl.streams.admission import ActorTable, DropLog, StaleRunError, message_ids
+
+log = logging.getLogger("jaxsrl.policy")
+_MAX_GROUP = 1 << 20
+
+
+def bucket_sizes(max_rows: int, multiple: int, smallest: int = 8) -> list[int]:
+    """Batch sizes to compile: powers of two up to ``max_rows``, each a multiple of ``multiple``.
+
+    ``multiple`` is the device count (the batch axis is split across devices).
+    """
+    sizes, size = [], max(smallest, multiple)
+    while size < max_rows:
+        sizes.append(-(-size // multiple) * multiple)
+        size *= 2
+    sizes.append(-(-max_rows // multiple) * multiple)
+    return sorted(set(sizes))
+
+
+class PolicyWorker:
+    """Inference server thread of one policy.
+
+    Args:
+      name: worker name (for logs and errors).
+      policy: name of the policy whose parameters it serves.
+      act: ``act(params, obs, carry, rng)`` already jitted over the devices.
+      initial_carry: the agent's ``initial_carry``.
+      observation_space: per-row observation space (validates requests).
+      store: where the learner publishes parameters.
+      metrics: run metrics (dropped messages, batch sizes).
+      max_rows: largest batch of rows in one call (sum over actors' groups).
+      num_devices: batch sizes are padded to multiples of this.
+      host: interface to bind (``127.0.0.1`` unless told otherwise).
+      deadline_ms: after the first request, wait this long for more (0: take what
+        is waiting).
+      seed: seed of the action-sampling RNG.
+      actors: the run's actor table; requests whose ids it does not accept are dropped
+        (``None``: any integer ids are accepted, e.g. in tests and benchmarks).
+      context: ZeroMQ context of the socket (default: the process-wide one).
+      curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
+      port: TCP port to bind (0: a free one; a restarted remote server asks for its
+        previous port, so actors' addresses stay valid).
+    """
+
+    def __init__(self, name: str, policy: str, act: Callable, initial_carry: Callable,
+                 observation_space: Any, store: ParameterStore, metrics: MetricsAccumulator,
+                 max_rows: int, num_devices: int = 1, host: str = "127.0.0.1",
+                 deadline_ms: float = 0.0, seed: int = 0, actors: ActorTable | None = None,
+                 context: zmq.Context | None = None, curve: tuple | None = None, port: int = 0):
+        self.name, self.policy, self.port = name, policy, port
+        self.actors, self._context, self._curve = actors, context, curve
+        self._act = act
+        self._carry = CarryCodec(initial_carry)
+        self._obs_names = list(obs_schema(observation_space))
+        self._schema = obs_schema(observation_space) | self._carry.schema()
+        self.store, self.metrics = store, metrics
+        self.buckets = bucket_sizes(max_rows, num_devices)
+        self.max_rows = self.buckets[-1]
+        self.host, self.deadline_s = host, deadline_ms / 1000.0
+        self._rng = jax.random.PRNGKey(seed)
+        self.address: str | None = None
+        self.ready = threading.Event()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self._drop_log = DropLog(log, "request")
+        self.serving = threading.Event()  # set after warm-up: requests are answered
+        self.heartbeat = time.monotonic()  # last turn of the serving loop
+        # Largest valid request: max_rows rows of every array (header aside).
+        row_bytes = {k: int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
+                     for k, s in self._schema.items()}
+        self.max_bytes = max(1, self.max_rows * sum(row_bytes.values()))
+        self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, self.max_rows * max(row_bytes.values()))
+        self._pad = {b: {k: np.zeros((b,) + s.shape[1:], s.dtype) for k, s in self._schema.items()}
+                     for b in self.buckets}
+        self.latency_s: list[float] = []  # recent server latencies, for the benchmark
+
+    # -- compute -----------------------------------------------------------------
+    def warmup(self) -> None:
+        """Compile ``act`` for every bucket size (blocks until parameters exist)."""
+        params = self.store.wait_for(self.policy).params
+        for b in self.buckets:
+            padded = self._pad[b]
+            out = self._act(params, unflatten_obs({k: padded[k] for k in self._obs_names}),
+                            self._carry.to_tree(padded), self._rng)
+            jax.block_until_ready(out)
+
+    def _infer(self, named: dict, rows: int) -> tuple[dict, int]:
+        """Run ``act`` on ``rows`` rows (obs and carry arrays); returns reply arrays."""
+        bucket = next(b for b in self.buckets if b >= rows)
+        padded = self._pad[bucket]
+        for k, v in named.items():
+            padded[k][:rows] = v
+        versioned = self.store.get(self.policy)
+        self._rng, key = jax.random.split(self._rng)
+        action, carry, extras = self._act(
+            versioned.params, unflatten_obs({k: padded[k] for k in self._obs_names}),
+            self._carry.to_tree(padded), key)
+        out = {"action": action, "logp": extras["logp"], **self._carry.to_named(carry)}
+        return {k: np.asarray(v)[:rows] for k, v in out.items()}, versioned.version
+
+    # -- messaging -----------------------------------------------------------------
+    def _parse(self, frames: list) -> tuple[bytes, dict, dict, int] | None:
+        identity, body = frames[0], frames[1:]
+        msg = wire.decode(body, max_bytes=self.max_bytes)
+        if msg.kind == "ping" and not msg.arrays:  # an actor waiting on its learner: alive
+            if self.actors is not None:
+                self.actors.seen(self.actors.check(msg.meta))
+            else:
+                message_ids(msg.meta)
+            return None
+        if msg.kind != "act":
+            raise wire.WireError(f"expected an 'act' request, got kind {msg.kind!r}")
+        group = msg.meta.get("group")
+        if type(group) is not int or not 0 <= group < _MAX_GROUP:  # noqa: E721
+            raise wire.WireError(f"meta 'group' must be a small non-negative integer, got {group!r}")
+        actor = self.actors.check(msg.meta) if self.actors is not None else None
+        n = wire.check_rows(msg.arrays, self._schema, "observation")
+        if not 0 < n <= self.max_rows:
+            raise wire.WireError(f"request of {n} rows; this server takes 1..{self.max_rows}")
+        if actor is not None:
+            self.actors.seen(actor)
+        return identity, msg.meta, msg.arrays, n
+
+    def run(self) -> None:
+        """Serve until ``stop`` is set. Exceptions are kept in ``self.error``."""
+        try:
+            sock = (self._context or zmq.Context.instance()).socket(zmq.ROUTER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # bigger frames: disconnect
+            if self._curve is not None:
+                security.make_server(sock, *self._curve)
+            if self.port:
+                sock.bind(f"tcp://{self.host}:{self.port}")
+                port = self.port
+            else:
+                port = sock.bind_to_random_port(f"tcp://{self.host}")
+            self.address = f"tcp://{security.connect_host(self.host)}:{port}"
+            self.ready.set()  # actors may connect and queue requests while we compile
+            try:
+                self.warmup()
+                self.heartbeat = time.monotonic()
+                self.serving.set()
+                self._serve(sock)
+            finally:
+                sock.close()
+        except BaseException as exc:  # surfaced by the launcher, which names this worker
+            self.error = exc
+            self.ready.set()
+            raise
+
+    def _serve(self, sock: zmq.Socket) -> None:
+        while not self.stop.is_set():
+            self.heartbeat = time.monotonic()
+            if not sock.poll(100):
+                continue
+            t0 = time.perf_counter()
+            batch, rows = [], 0
+            deadline = t0 + self.deadline_s
+            while rows < self.max_rows:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    remaining = deadline - time.perf_counter()
+                    if remaining > 0 and sock.poll(remaining * 1000):
+                        continue
+                    break
+                try:
+                    parsed = self._parse(frames)
+                    if parsed is None:  # a ping
+                        continue
+                    identity, meta, arrays, n = parsed
+                except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
+                    self._drop_log(self.name, exc if isinstance(exc, wire.WireError)
+                                   else f"{type(exc).__name__}: {exc}")
+                    self.metrics.count("stale_run_requests_dropped" if isinstance(exc, StaleRunError)
+                                       else "dropped_requests")
+                    continue
+                if rows + n > self.max_rows:  # answer it in the next call
+                    self._answer(sock, batch, rows)
+                    batch, rows = [], 0
+                batch.append((identity, meta, arrays, n))
+                rows += n
+            if batch:
+                self._answer(sock, batch, rows)
+                self.latency_s.append(time.perf_counter() - t0)
+                if len(self.latency_s) > 10_000:
+                    del self.latency_s[:5_000]
+
+    def _answer(self, sock: zmq.Socket, batch: list, rows: int) -> None:
+        named = {k: np.concatenate([b[2][k] for b in batch]) if len(batch) > 1 else batch[0][2][k]
+                 for k in self._schema}
+        out, version = self._infer(named, rows)
+        self.metrics.add_means({"inference/batch_rows": rows, "inference/requests": len(batch)})
+        start = 0
+        for identity, meta, _, n in batch:
+            reply = wire.encode("action", {k: v[start:start + n] for k, v in out.items()},
+                                {"group": meta.get("group"), "version": version})
+            sock.send_multipart([identity] + reply)
+            start += n

@@ -1,0 +1,1 @@
+"""The learner (trainer) worker: turns trajectory segments into new parameters."""

@@ -1,0 +1,369 @@
+"""Trainer worker (learner): turns trajectory segments into new parameters.
+
+Runs as a thread of the accelerator process. It binds a ZeroMQ PULL socket for the
+sample stream, validates each ``segment`` message, assembles ``batch_segments`` rows into a
+:class:`~jaxsrl.core.agent.Trajectory`, runs the jitted ``learn`` over the local devices,
+bumps the policy version and publishes the new parameters on device. Between
+updates it saves checkpoints when asked.
+
+Staleness: with ``max_staleness`` = k > 0, no update learns from an action more than k
+versions older than the parameters it updates. The rule is applied when a batch is
+assembled (rows left over from one batch wait while later updates bump the version):
+each pending row whose oldest action is more than k versions behind is dropped
+(``stale_rows_dropped``); a segment already that stale on arrival is dropped whole
+(``stale_segments_dropped``).
+
+Faults it guards against (each counted in the run metrics):
+
+* a malformed segment (not a ``segment`` of this schema, too many rows, ids of no
+  live actor, action versions from the future) is dropped with a (rate-limited)
+  logged reason: ``dropped_segments``; one from an earlier run of a restarted actor:
+  ``stale_run_segments_dropped``;
+* NaN or Inf in observations, rewards or log-probabilities: with
+  ``on_nonfinite="drop"`` the segment is dropped (``nonfinite_segments_dropped``),
+  with ``"raise"`` the trainer stops with :class:`NonFiniteError` (the run stops
+  naming it);
+* an update whose new learner state holds NaN or Inf is discarded: the previous
+  state is kept, nothing is published (``nonfinite_updates_skipped``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import zmq
+
+from jaxsrl.streams import security
+from jaxsrl.streams import wire
+from jaxsrl.core.agent import Trajectory
+from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.streams.spaces import action_leaf, obs_schema, space_leaves, unflatten_obs
+from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.streams.carry import CarryCodec
+from jaxsrl.streams.admission import ActorTable, DropLog, StaleRunError, nonfinite_arrays
+
+log = logging.getLogger("jaxsrl.trainer")
+#: episode statistics keys the trainer accepts per run (a bound on metric names).
+MAX_EPISODE_KEYS = 256
+_TIMING_KEYS = ("env_s", "wait_s")
+
+
+class NonFiniteError(RuntimeError):
+    """A segment held NaN or Inf and the run is configured with ``on_nonfinite="raise"``."""
+
+
+def _all_finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def segment_schema(observation_space, action_space, T: int, carry: CarryCodec | None = None,
+                   idle_rows: bool = False) -> dict:
+    """Wire schema of a ``segment`` message with ``T`` steps (rows left free).
+
+    With ``idle_rows`` (environments whose rows may belong to absent agents,
+    ``jaxsrl.envs.env_has_idle_rows``) it includes ``valid`` ``[rows, T]`` bool, False on
+    idle steps; otherwise segments carry no such array (every step is valid)."""
+    adtype, ashape = action_leaf(action_space)
+    schema = obs_schema(observation_space, lead=(None, T + 1))
+    schema.update(obs_schema(observation_space, prefix="final_obs", lead=(None, T)))
+    S = wire.ArraySpec
+    schema.update(action=S(adtype, (None, T) + ashape), reward=S("float32", (None, T)),
+                  terminated=S("bool", (None, T)), truncated=S("bool", (None, T)),
+                  logp=S("float32", (None, T)), version=S("int32", (None, T)))
+    if idle_rows:
+        schema.update(valid=S("bool", (None, T)))
+    if carry is not None:
+        schema.update(carry.schema())
+    return schema
+
+
+class TrainerWorker:
+    """Learner thread of one policy.
+
+    Args:
+      name: worker name (logs, errors).
+      policy: policy name under which parameters are published.
+      learn: ``learn(state, trajectory, rng)`` already jitted over the devices.
+      put_batch: places a host batch on the devices (split along the batch axis).
+      state: initial (or restored) learner state, on device; ``state.params`` is served.
+      rng: learner RNG key.
+      version: starting policy version (0, or the restored one).
+      observation_space, action_space: per-row spaces (validate segments).
+      segment_length: ``T``.
+      batch_segments: rows (segments) per ``learn`` call.
+      store, metrics: shared with the policy workers and the launcher.
+      checkpointer: where to save, or ``None``.
+      max_staleness: no update uses a row whose oldest action is more than this many
+        versions behind the learner; checked when the batch is assembled (0 keeps
+        everything).
+      host: interface to bind.
+      initial_carry: the agent's ``initial_carry`` (describes carry arrays in segments).
+      idle_rows: segments carry per-step validity flags (``valid`` ``[rows, T]`` bool),
+        passed on as ``Trajectory.valid``; without, ``Trajectory.valid`` is ``None``.
+      actors: the run's actor table; segments whose ids it does not accept are dropped
+        (``None``: any integer ids are accepted).
+      max_rows: most rows one segment may have (``None``: limited by the wire cap only).
+      on_nonfinite: ``"drop"`` or ``"raise"`` for segments holding NaN or Inf.
+      context: ZeroMQ context of the socket (default: the process-wide one).
+      curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
+      before_update: ``before_update(stop_event) -> bool``, called when a batch is ready,
+        before each update; ``False`` skips it and stops the worker (multi-process
+        learners: :class:`jaxsrl.parallel.distributed.Lockstep`).
+    """
+
+    def __init__(self, name: str, policy: str, learn: Callable, put_batch: Callable, state: Any,
+                 rng: jax.Array, version: int, observation_space, action_space,
+                 segment_length: int, batch_segments: int, store: ParameterStore,
+                 metrics: MetricsAccumulator, checkpointer: Checkpointer | None = None,
+                 max_staleness: int = 0, host: str = "127.0.0.1",
+                 initial_carry: Callable[[int], Any] = lambda n: None,
+                 actors: ActorTable | None = None, max_rows: int | None = None,
+                 on_nonfinite: str = "drop", context: zmq.Context | None = None,
+                 curve: tuple | None = None,
+                 before_update: Callable[[threading.Event], bool] | None = None,
+                 idle_rows: bool = False):
+        if on_nonfinite not in ("drop", "raise"):
+            raise ValueError(f"on_nonfinite={on_nonfinite!r} must be 'drop' or 'raise'")
+        self.name, self.policy = name, policy
+        self.actors, self.on_nonfinite = actors, on_nonfinite
+        self._context, self._curve = context, curve
+        self._before_update = before_update
+        self._learn, self._put_batch = learn, put_batch
+        self.state, self.rng, self.version = state, rng, version
+        self._carry = CarryCodec(initial_carry)
+        self._schema = segment_schema(observation_space, action_space, segment_length, self._carry,
+                                      idle_rows)
+        self._obs_names = list(space_leaves(observation_space))
+        self.batch_segments = batch_segments
+        self.T = segment_length
+        self.max_rows = max_rows
+        row_bytes = {k: math.prod(s.shape[1:]) * np.dtype(s.dtype).itemsize
+                     for k, s in self._schema.items()}
+        if max_rows is None:
+            self.max_bytes, self.max_frame_bytes = wire.DEFAULT_MAX_BYTES, -1
+        else:
+            self.max_bytes = max(1, max_rows * sum(row_bytes.values()))
+            self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, max_rows * max(row_bytes.values()))
+        self._float_names = [k for k in self._schema if not k.startswith("carry/")
+                             and k not in ("action", "terminated", "truncated", "version", "valid")]
+        self._episode_keys: set = set()
+        self._finite = jax.jit(_all_finite)
+        self.store, self.metrics, self.checkpointer = store, metrics, checkpointer
+        self.max_staleness, self.host = max_staleness, host
+        self._pending: list[dict] = []
+        self._pending_rows = 0
+        self.address: str | None = None
+        self.ready = threading.Event()
+        self.stop = threading.Event()
+        self.checkpoint_requested = threading.Event()
+        self.error: BaseException | None = None
+        self._drop_log = DropLog(log, "segment")
+        self.serving = threading.Event()  # set after warm-up: segments are taken
+        self.heartbeat = time.monotonic()  # last turn of the learner loop
+        self.extra_meta: dict = {}  # run counters saved with checkpoints (set by the launcher)
+        store.publish(policy, version, state.params)
+        metrics.set_version(policy, version)
+
+    def _example_batch(self) -> Trajectory:
+        """A zero batch of the configured shape (for ahead-of-time compilation)."""
+        B = self.batch_segments
+        zeros = {k: np.zeros((B,) + s.shape[1:], s.dtype) for k, s in self._schema.items()}
+        return self._trajectory(zeros)
+
+    def _trajectory(self, host: dict) -> Trajectory:
+        return Trajectory(
+            obs=unflatten_obs({k: host[k] for k in self._obs_names}),
+            action=host["action"], reward=host["reward"], terminated=host["terminated"],
+            truncated=host["truncated"],
+            final_obs=unflatten_obs({k: host["final_" + k] for k in self._obs_names}),
+            behaviour_logp=host["logp"], policy_version=host["version"],
+            carry=self._carry.to_tree(host), valid=host.get("valid"))
+
+    def warmup(self) -> None:
+        """Compile ``learn`` for the batch shape before any sample arrives."""
+        example = self._put_batch(self._example_batch())
+        self._learn = self._learn.lower(self.state, example, self.rng).compile()
+
+    def run(self) -> None:
+        """Learn until ``stop`` is set. Exceptions are kept in ``self.error``."""
+        try:
+            sock = (self._context or zmq.Context.instance()).socket(zmq.PULL)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, 4)  # small queue: backpressure bounds staleness
+            sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # bigger frames: disconnect
+            if self._curve is not None:
+                security.make_server(sock, *self._curve)
+            port = sock.bind_to_random_port(f"tcp://{self.host}")
+            self.address = f"tcp://{security.connect_host(self.host)}:{port}"
+            self.ready.set()  # actors may connect while we compile
+            try:
+                self.warmup()
+                self.heartbeat = time.monotonic()
+                self.serving.set()
+                while not self.stop.is_set():
+                    self.heartbeat = time.monotonic()
+                    if self.checkpoint_requested.is_set():
+                        self.save_checkpoint()
+                    if sock.poll(100):
+                        self._receive(sock.recv_multipart(copy=False))
+                        while self._batch_ready() and not self.stop.is_set():
+                            if self._before_update is not None and not self._before_update(self.stop):
+                                self.stop.set()
+                                break
+                            self._update()
+            finally:
+                sock.close()
+        except BaseException as exc:
+            self.error = exc
+            self.ready.set()
+            raise
+
+    def _validate(self, frames: list) -> wire.Message:
+        """Decode and check one message; raises ``WireError`` (or ``StaleRunError``)."""
+        msg = wire.decode(frames, max_bytes=self.max_bytes)
+        if msg.kind != "segment":
+            raise wire.WireError(f"expected a 'segment', got kind {msg.kind!r}")
+        actor = self.actors.check(msg.meta) if self.actors is not None else None
+        n = wire.check_rows(msg.arrays, self._schema, "segment")
+        if n == 0 or (self.max_rows is not None and n > self.max_rows):
+            raise wire.WireError(f"segment of {n} rows; this trainer takes 1..{self.max_rows}")
+        env_steps = msg.meta.get("env_steps", 0)
+        if type(env_steps) is not int or not 0 <= env_steps <= n * self.T:  # noqa: E721
+            raise wire.WireError(f"meta 'env_steps'={env_steps!r} is not an integer in "
+                                 f"0..{n * self.T} (rows x T)")
+        version = msg.arrays["version"]
+        lo, hi = int(version.min()), int(version.max())
+        if lo < 0 or hi > self.version:
+            raise wire.WireError(f"action versions {lo}..{hi} outside 0..{self.version} "
+                                 f"(the learner's current version)")
+        if actor is not None:
+            self.actors.seen(actor)
+        return msg
+
+    def _episodes(self, episodes: Any) -> list:
+        """Well-formed episode records of a segment (others are ignored)."""
+        if not isinstance(episodes, list):
+            return []
+        out = []
+        for episode in episodes[: 4096]:
+            if not isinstance(episode, dict):
+                continue
+            clean = {}
+            for key, value in episode.items():
+                if key == "team":
+                    if isinstance(value, str) and len(value) <= 64:
+                        clean[key] = value
+                    continue
+                if (type(value) not in (int, float) or not math.isfinite(value)
+                        or not isinstance(key, str) or len(key) > 128):
+                    continue
+                if key not in self._episode_keys:
+                    if len(self._episode_keys) >= MAX_EPISODE_KEYS:
+                        continue  # bounded metric names, whatever actors send
+                    self._episode_keys.add(key)
+                clean[key] = value
+            out.append(clean)
+        return out
+
+    def _receive(self, frames: list) -> None:
+        try:
+            msg = self._validate(frames)
+        except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep learning)
+            self._drop_log(self.name, exc if isinstance(exc, wire.WireError)
+                           else f"{type(exc).__name__}: {exc}")
+            self.metrics.count("stale_run_segments_dropped" if isinstance(exc, StaleRunError)
+                               else "dropped_segments")
+            return
+        meta = msg.meta
+        bad = nonfinite_arrays(msg.arrays, self._float_names)
+        if bad:
+            reason = f"segment from actor {meta.get('actor')!r} holds NaN or Inf in {bad}"
+            if self.on_nonfinite == "raise":
+                raise NonFiniteError(f"{self.name}: {reason} (on_nonfinite='raise')")
+            self._drop_log(self.name, reason)
+            self.metrics.count("nonfinite_segments_dropped")
+            return
+        self.metrics.add_env_steps(meta.get("env_steps", 0))
+        if type(meta.get("failovers")) is int and 0 < meta["failovers"] < 2**31:  # noqa: E721
+            self.metrics.count("inference_failovers", meta["failovers"])  # actors' server switches
+        for episode in self._episodes(meta.get("episodes")):
+            team = episode.get("team")
+            self.metrics.add_episode(episode)
+            if isinstance(team, str):
+                # Per team only the return and length (the env's statistics are per game).
+                self.metrics.add_episode({k: episode[k] for k in ("return", "length") if k in episode},
+                                         suffix=f"/{team}")
+        timing = meta.get("timing")
+        if isinstance(timing, dict):
+            self.metrics.add_means({k: timing[k] for k in _TIMING_KEYS
+                                    if type(timing.get(k)) is float and math.isfinite(timing[k])},
+                                   prefix="actor/")
+        oldest = int(msg.arrays["version"].min())
+        if self.max_staleness and self.version - oldest > self.max_staleness:
+            self.metrics.count("stale_segments_dropped")
+            return
+        self._pending.append(msg.arrays)
+        self._pending_rows += len(msg.arrays["reward"])
+
+    def _batch_ready(self) -> bool:
+        """Drop pending rows too stale for the next update; is a whole batch left?"""
+        if self.max_staleness and self._pending:
+            oldest = np.concatenate([p["version"].min(axis=1) for p in self._pending])  # [rows]
+            keep = self.version - oldest <= self.max_staleness
+            if not keep.all():
+                joined = {k: np.concatenate([p[k] for p in self._pending])[keep]
+                          for k in self._pending[0]}
+                self.metrics.count("stale_rows_dropped", int((~keep).sum()))
+                self._pending = [joined] if keep.any() else []
+                self._pending_rows = int(keep.sum())
+        return self._pending_rows >= self.batch_segments
+
+    def _take_batch(self) -> dict:
+        B = self.batch_segments
+        joined = {k: np.concatenate([p[k] for p in self._pending]) for k in self._pending[0]}
+        rest = {k: v[B:] for k, v in joined.items()}
+        self._pending = [rest] if len(rest["reward"]) else []
+        self._pending_rows = len(rest["reward"])
+        return {k: v[:B] for k, v in joined.items()}
+
+    def _update(self) -> None:
+        host = self._take_batch()
+        staleness = self.version - host["version"]
+        traj = self._trajectory(host)
+        self.rng, key = jax.random.split(self.rng)
+        state, metrics = self._learn(self.state, self._put_batch(traj), key)
+        if not bool(self._finite(state)):
+            # Keep the previous state; the batch is consumed (learning from it again
+            # would likely fail again).
+            log.warning("%s: update %d produced NaN/Inf in the learner state; skipped it "
+                        "(previous parameters kept, nothing published)", self.name, self.version + 1)
+            self.metrics.count("nonfinite_updates_skipped")
+            return
+        self.state = state
+        self.version += 1
+        self.store.publish(self.policy, self.version, self.state.params)
+        metrics = jax.device_get(metrics)
+        self.metrics.add_means({k: float(v) for k, v in metrics.items()})
+        self.metrics.add_means({"staleness_mean": float(staleness.mean()),
+                                "staleness_max": float(staleness.max())})
+        self.metrics.set_version(self.policy, self.version)
+
+    def save_checkpoint(self) -> None:
+        """Save state, RNG and counters now (called between updates)."""
+        self.checkpoint_requested.clear()
+        if self.checkpointer is None or self.checkpointer.latest_step() == self.version:
+            return
+        tree = {"agent": self.state, "rng": self.rng}
+        meta = {"policy_version": self.version, **self.extra_meta,
+                "env_steps": self.metrics.env_steps}
+        self.checkpointer.save(self.version, tree, meta)
