@@ -299,6 +299,10 @@ class Replay:
         mean, mx = jax.device_get(self._priority_stats(self._state, self.size))
         return {"priority_mean": float(mean), "priority_max": float(mx)}
 
+    def block_until_ready(self) -> None:
+        """Wait until every queued add or set on the device has finished (for timing)."""
+        jax.block_until_ready(self._state)
+
     @property
     def bad_priorities(self) -> int:
         """Negative or non-finite priorities given to :meth:`set_priorities` so far."""
