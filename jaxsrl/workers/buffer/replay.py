@@ -70,6 +70,13 @@ def _chunk_sizes(n: int, largest: int) -> list[int]:
     return out
 
 
+def _leaf_spec(x) -> jax.ShapeDtypeStruct:
+    """Shape and stored dtype of one example leaf (float64 is float32 without x64)."""
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        raise TypeError(f"example_item leaves must be arrays (shape and dtype), got {x!r}")
+    return jax.ShapeDtypeStruct(tuple(x.shape), jax.dtypes.canonicalize_dtype(x.dtype))
+
+
 def _check_spec(spec: ReplaySpec) -> None:
     if spec.capacity < 1:
         raise ValueError(f"ReplaySpec.capacity must be >= 1, got {spec.capacity}")
@@ -99,8 +106,11 @@ class Replay:
       inserts: items written so far (valid rows, at most ``capacity`` per :meth:`add`).
       samples: items sampled so far (``batch_size`` per :meth:`sample`).
 
+    Not thread-safe: one thread (the buffer worker's) calls it.
+
     Raises:
-      ValueError: a bad ``spec`` value or ``max_add_chunk`` < 1.
+      ValueError: a bad ``spec`` value or ``max_add_chunk`` < 1. TypeError: an
+        ``example_item`` leaf without shape and dtype.
     """
 
     def __init__(self, spec: ReplaySpec, example_item: Any, *, max_add_chunk: int = 1024,
@@ -111,8 +121,7 @@ class Replay:
         self.spec, self.capacity = spec, spec.capacity
         self._largest = 1 << (min(max_add_chunk, spec.capacity).bit_length() - 1)
         self._period = spec.capacity * max(1, ID_PERIOD // spec.capacity)
-        self._specs = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(np.shape(x), np.dtype(x.dtype)), example_item)
+        self._specs = jax.tree.map(_leaf_spec, example_item)
         self._treedef = jax.tree.structure(self._specs)
         self._device = device or jax.devices()[0]
         backend = self._device.platform if self._device.platform in SET_BATCH_FN else "cpu"
@@ -267,7 +276,8 @@ class Replay:
         """Set raw priorities ``p_i`` (alpha is applied inside); a no-op for uniform replay.
 
         Items overwritten since they were sampled are skipped. A priority of 0 means the
-        item is never drawn again (add a small epsilon to ``|TD error|``); negative or
+        item is never drawn again (add a small epsilon to ``|TD error|``; with every held
+        item at 0 the weights are NaN); negative or
         non-finite entries are skipped and counted (``bad_priorities``).
 
         Args:
