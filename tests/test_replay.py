@@ -3,6 +3,7 @@
 Proportional sampling P(i) = p_i^alpha / sum_k p_k^alpha (Eq. 1) and importance weights
 w_i = (N P(i))^-beta / max_j w_j (Sec. 3.4) are recomputed here from the priorities
 the test set, not read from the buffer. Items carry their insertion number ``i``.
+(With the max over the batch, N cancels out of w_i: dropping it is not a mutation.)
 """
 
 import jax
