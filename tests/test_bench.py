@@ -18,6 +18,7 @@ RUNG_KEYS = {
     "transport": {"round_trips_per_s", "mb_per_s", "request_bytes", "latency_us_p99"},
     "learner": {"samples_per_s", "samples_per_s_per_device", "update_ms_p50"},
     "end_to_end": {"env_steps_per_s", "updates_per_s", "memory"},
+    "replay": {"uniform", "prioritised"},
 }
 
 
@@ -46,7 +47,9 @@ def test_quick_bench_writes_a_well_formed_report(tmp_path):
 
     assert [r["rung"] for r in result["table"]] == [
         "1. raw environment", "2. transport", "3. inference", "4. learner only",
-        "5. end to end", "6. scaling"]
+        "5. end to end", "6. scaling", "7. replay buffer", "7. replay buffer"]
+    assert {"insert_items_per_s", "sample_items_per_s"} <= set(rungs["replay"]["uniform"])
+    assert "learn_cycle_items_per_s" in rungs["replay"]["prioritised"]
     assert all({"rung", "what", "value", "ceiling_fps", "detail"} <= set(r) for r in result["table"])
     assert result["bottleneck"]["rung"] in {"raw_env", "transport", "inference", "learner"}
     assert [t["name"] for t in result["targets"]] == [

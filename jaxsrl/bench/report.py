@@ -25,6 +25,7 @@ RUNG_TITLES = {
     "learner": "4. learner only",
     "end_to_end": "5. end to end",
     "scaling": "6. scaling",
+    "replay": "7. replay buffer",
 }
 
 METHOD = """\
@@ -58,6 +59,10 @@ Every rung runs on the machine described above, with the run config resolved by
 6. **Scaling**: rung 5 again with `--num_actors` = 1, 2, 4, ... The ideal line is
    rung 1's env steps/s per process x the number of actors, capped at the number of
    cores (more processes than cores cannot step more environments).
+7. **Replay buffer**: `jaxsrl.workers.buffer.replay.Replay` alone on the device, at the
+   agent's `ReplaySpec` (defaults for on-policy agents), uniform and prioritised: `add`
+   of 256 host rows back to back, then `sample` (fetched to the host) and, prioritised,
+   `sample` + `set_priorities` on the full buffer (`jaxsrl/bench/replay.py`).
 
 **Memory**: peak resident set size per process kind: the kernel's high-water mark
 (`VmHWM` of `/proc/<pid>/status`) of the training process (= accelerator process) and
@@ -316,6 +321,17 @@ def table(result: dict) -> list[dict]:
         add("scaling", "training env steps/s by actors (ideal)",
             ", ".join(f"{p['num_actors']}: {fmt(p['env_steps_per_s'])}" for p in pts),
             "ideal " + ", ".join(f"{p['num_actors']}: {fmt(p['ideal'])}" for p in pts))
+    rp = rungs.get("replay")
+    for mode in ("uniform", "prioritised") if _ok(rp) else ():
+        m = rp[mode]
+        cycle = m.get("learn_cycle_items_per_s")
+        add("replay", f"items/s inserted, {mode}, {m['item_bytes']} B items, capacity "
+                      f"{m['capacity']}", fmt(m["insert_items_per_s"]),
+            f"sampled {fmt(m['sample_items_per_s'])}/s in batches of {m['batch_size']}"
+            + (f"; sample + set_priorities {fmt(cycle)}/s" if cycle else "")
+            + f" (compile {m['compile_s']:.1f} s)", None, rp)
+    if rp is not None and not _ok(rp):
+        add("replay", "items/s inserted", "—", _err(rp))
     return rows
 
 

@@ -15,7 +15,7 @@ import time
 import traceback
 from typing import Callable
 
-RUNGS = ("raw_env", "transport", "inference", "learner", "end_to_end", "scaling")
+RUNGS = ("raw_env", "transport", "inference", "learner", "end_to_end", "scaling", "replay")
 
 
 @dataclasses.dataclass
@@ -23,7 +23,7 @@ class Options:
     """How long and how wide to measure (``--quick`` shrinks everything)."""
 
     rung_s: float = 5.0
-    """Measured seconds of rungs 1-4 (each)."""
+    """Measured seconds of rungs 1-4 and 7 (each)."""
     warmup_s: float = 1.0
     """Seconds of warm-up before rung 3's window (after every actor produced a segment)."""
     e2e_measure_s: float = 12.0
@@ -126,6 +126,11 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
     if "learner" in opts.rungs:
         rungs["learner"] = _guard("rung 4, learner", lambda: learner.measure(
             cfg, opts.rung_s, get_built()), log)
+
+    if "replay" in opts.rungs:
+        from jaxsrl.bench import replay  # noqa: PLC0415
+        rungs["replay"] = _guard("rung 7, replay buffer", lambda: replay.measure_for(
+            get_built(), opts.rung_s), log)
 
     workdir = opts.workdir or tempfile.mkdtemp(prefix="jaxsrl-bench-")
     try:
