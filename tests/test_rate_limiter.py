@@ -8,7 +8,7 @@ simulation interleaves actors inserting random amounts with a greedy learner.
 import numpy as np
 import pytest
 
-from jaxsrl.agent import ReplaySpec
+from jaxsrl.core.agent import ReplaySpec
 from jaxsrl.workers.buffer.rate_limiter import SampleToInsertRatio
 
 

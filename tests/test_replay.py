@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from jaxsrl.agent import ReplaySpec
+from jaxsrl.core.agent import ReplaySpec
 from jaxsrl.workers.buffer import replay as replay_mod
 from jaxsrl.workers.buffer.replay import Replay, beta_schedule
 from jaxsrl.workers.buffer.stats import ReplayStats

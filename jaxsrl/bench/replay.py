@@ -26,7 +26,7 @@ import numpy as np
 
 def transition_item(observation_space, action_space) -> dict:
     """One transition item (zeros) for these spaces: a dict of numpy arrays."""
-    from jaxsrl.envs.spaces import action_leaf, space_leaves  # noqa: PLC0415
+    from jaxsrl.streams.spaces import action_leaf, space_leaves  # noqa: PLC0415
 
     item = {}
     for prefix in ("obs", "next_obs"):
@@ -95,7 +95,7 @@ def measure(example_item: dict, spec, duration_s: float = 2.0, add_rows: int = 2
 
 def measure_for(built, duration_s: float) -> dict:
     """Rung 7 for the run config: both modes at the agent's (or the default) ``ReplaySpec``."""
-    from jaxsrl.agent import ReplaySpec  # noqa: PLC0415
+    from jaxsrl.core.agent import ReplaySpec  # noqa: PLC0415
 
     spec = built.fns.replay or ReplaySpec()
     item = transition_item(built.observation_space, built.action_space)

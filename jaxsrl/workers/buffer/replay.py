@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from flashbax.buffers.prioritised_trajectory_buffer import SET_BATCH_FN
 
-from jaxsrl.agent import ReplayBatch, ReplaySpec
+from jaxsrl.core.agent import ReplayBatch, ReplaySpec
 
 ID_PERIOD = 2**30
 """Item ids count insertions modulo the largest multiple of the capacity <= this."""
