@@ -165,6 +165,28 @@ def test_temperature_loss_gradient_sign():
     assert float(grad(0.0, jnp.full((4,), -3.0), -1.0)) > 0  # entropy 3 above target: alpha falls
 
 
+def test_default_target_entropy_is_minus_action_dims():
+    """On a call without actor update, alpha_loss and entropy come from one sample:
+    alpha_loss = -alpha (log pi + H_target) = -alpha (H_target - entropy)."""
+    fns = build()
+    state = fns.init(jax.random.PRNGKey(0))
+    batch = ReplayBatch(random_items(), np.ones(B, np.float32))
+    state, _, _ = fns.learn(state, batch, jax.random.PRNGKey(0))  # call 0 updates the actor
+    _, metrics, _ = fns.learn(state, batch, jax.random.PRNGKey(1))
+    assert float(metrics["actor_updated"]) == 0.0
+    expected = -float(metrics["alpha"]) * (-2.0 - float(metrics["entropy"]))  # |A| = 2
+    np.testing.assert_allclose(float(metrics["alpha_loss"]), expected, rtol=1e-5)
+
+
+def test_actor_loss_matches_numpy():
+    rng = np.random.default_rng(3)
+    q_pi, logp = rng.normal(size=(2, 6)).astype(np.float32), rng.normal(size=6).astype(np.float32)
+    got = sac_loss.actor_loss(jnp.asarray(q_pi), jnp.asarray(logp), jnp.float32(0.3))
+    np.testing.assert_allclose(float(got), np.mean(0.3 * logp - np.minimum(q_pi[0], q_pi[1])), rtol=1e-6)
+    # alpha is a constant of the actor loss: no gradient flows into the temperature.
+    assert float(jax.grad(sac_loss.actor_loss, argnums=2)(jnp.asarray(q_pi), jnp.asarray(logp), 0.3)) == 0.0
+
+
 @pytest.mark.parametrize("target_entropy, rises", [(5.0, True), (-50.0, False)])
 def test_learn_moves_alpha_towards_the_entropy_target(target_entropy, rises):
     fns = build(target_entropy=target_entropy)
@@ -186,6 +208,10 @@ def test_act_bounds_warmup_and_deterministic_median():
 
     state, _, _ = fns.learn(state, ReplayBatch(random_items(), np.ones(B, np.float32)), jax.random.PRNGKey(2))
     assert not bool(state.params["warmup"])
+    out = state.params["actor"]["params"]["Dense_2"]  # output layer: [mean (2) | raw log_std (2)]
+    shifted = {**out, "bias": out["bias"].at[:2].add(jnp.float32([0.8, -0.6]))}  # means off 0
+    state = state._replace(params={**state.params, "actor": {"params": {
+        **state.params["actor"]["params"], "Dense_2": shifted}}})
     action, _, extras = fns.act(state.params, obs, None, jax.random.PRNGKey(3))
     a = np.asarray(action)
     assert np.all(a >= ACT.low) and np.all(a <= ACT.high) and extras["logp"].shape == (20_000,)
