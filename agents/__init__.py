@@ -3,13 +3,14 @@ through an import (any :class:`~jaxsrl.core.agent.Agent` object in an importable
 
 from __future__ import annotations
 
-from agents import impala, ppo
+from agents import impala, ppo, sac
 from jaxsrl.core.agent import Agent
 from jaxsrl.core.imports import import_object, is_reference
 
 AGENTS: dict[str, Agent] = {
     ppo.AGENT.name: ppo.AGENT,
     impala.AGENT.name: impala.AGENT,
+    sac.AGENT.name: sac.AGENT,
 }
 
 
