@@ -93,6 +93,10 @@ class RunConfig:
     """Seconds between periodic checkpoints (one is always written at the end)."""
     keep_checkpoints: int = 3
     """Newest checkpoints kept per policy."""
+    save_replay: bool = False
+    """Off-policy agents: checkpoints also hold the replay contents and rate-limiter
+    counters, so a ``--resume`` continues without refilling the buffer (without it the
+    resumed run refills up to the agent's minimum fill first, and logs that it does)."""
     target_return: Optional[float] = None
     """Stop early once an interval's episode_return_mean reaches this (for benchmarks)."""
     host: str = "127.0.0.1"

@@ -57,6 +57,7 @@ from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.admission import ActorTable
 from jaxsrl.workers.learner.process import LearnerGroup
 from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.learner import replay_setup
 from jaxsrl.workers.learner.trainer import TrainerWorker
 
 log = logging.getLogger("jaxsrl")
@@ -175,8 +176,9 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
 
     # Learning-rate schedules are planned per policy: each trainer's learn follows its
     # own number of updates (a policy fed more rows per env frame updates more often).
-    updates = planned_updates(cfg, flow, teams)
+    updates = planned_updates(cfg, flow, teams, replay_setup.replay_spec(agent, cfg.agent_config(), spec))
     fns_of = {t.name: agent.make(cfg.agent_config(), spec, updates[t.name]) for t in flow.trainers}
+    flow = replay_setup.complete_dataflow(flow, fns_of)  # off-policy: a buffer worker per stream
     fns = fns_of[flow.trainers[0].name]  # act and initial_carry do not depend on the plan
     act = (distributed.jit_act_local if learners else devices.jit_act)(fns.act, mesh)
 
@@ -221,13 +223,16 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
             segment_rows = max([envs_of(a) // cfg.ring_size * rows_per_env(team) for a in flow.actors
                                 for team, _, sample in a.bindings() if sample == t.sample_stream]
                                or [1])
+            if learners is not None and fns_of[t.name].replay is not None:
+                raise ValueError("off-policy agents learn in one process: use num_learner_processes=1")
             if learners is not None:  # every learner process starts from this state
                 state, rng = learners.share_state(t.name, t.policy, state, rng, version,
                                                   num_updates=updates[t.name],
                                                   max_rows=segment_rows)
             learn = (learners.jit_learn(fns_of[t.name].learn) if learners
-                     else devices.jit_learn(fns_of[t.name].learn, mesh))
-            trainers[t.sample_stream] = TrainerWorker(
+                     else replay_setup.jit_learn(fns_of[t.name], mesh))
+            kind, extra = replay_setup.trainer_kind(fns_of[t.name], cfg, updates[t.name])
+            trainers[t.sample_stream] = kind(
                 t.name, t.policy, learn,
                 learners.put_batch if learners else (lambda b: devices.put_batch(b, mesh)),
                 state, rng, version, obs_space, action_space, cfg.segment_length,
@@ -236,7 +241,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
                 ckpt, cfg.max_staleness, cfg.host, fns.initial_carry, actors=table,
                 max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=context,
                 curve=server_keys, before_update=learners.gate(t.policy, metrics) if learners else None,
-                idle_rows=env_has_idle_rows(cfg.env))
+                idle_rows=env_has_idle_rows(cfg.env), **extra)
 
         stream_rows: dict[str, int] = {}  # every server of a stream can take all its actors
         for i, p in enumerate(flow.policy_workers):
@@ -349,7 +354,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     return record | {"logdir": logdir}
 
 
-def planned_updates(cfg: Any, flow: Any, teams: list) -> dict:
+def planned_updates(cfg: Any, flow: Any, teams: list, replay: Any = None) -> dict:
     """Planned ``learn`` calls of each trainer over ``cfg.total_env_steps`` env frames:
     the horizon of its policy's learning-rate schedule.
 
@@ -366,10 +371,14 @@ def planned_updates(cfg: Any, flow: Any, teams: list) -> dict:
     schedule it would have followed had it been planned for the new total from the
     start (``docs/reliability.md``, "Learner interruption and checkpoints").
 
+    Off-policy agents (``replay``, their ``ReplaySpec``) insert one item per row-step
+    and learn at the replay ratio: :func:`jaxsrl.workers.learner.replay_setup.planned_updates`.
+
     Args:
       cfg: the run config.
       flow: its :class:`~jaxsrl.experiment.dataflow.Dataflow`.
       teams: team of each agent of one environment (``jaxsrl.envs.env_teams``).
+      replay: the agent's ``ReplaySpec``, or ``None`` (on-policy).
 
     Returns:
       ``{trainer name: planned updates}`` (at least 1 each).
@@ -382,7 +391,8 @@ def planned_updates(cfg: Any, flow: Any, teams: list) -> dict:
             frames += envs
             rows += envs * sum(len(teams) if team is None else sum(x == team for x in teams)
                                for team, _, sample in a.bindings() if sample == t.sample_stream)
-        out[t.name] = cfg.num_updates(rows / frames) if rows else 1
+        out[t.name] = ((replay_setup.planned_updates(cfg.total_env_steps * rows / frames, replay)
+                        if replay else cfg.num_updates(rows / frames)) if rows else 1)
     return out
 
 

@@ -214,19 +214,25 @@ class TrainerWorker:
                     self.heartbeat = time.monotonic()
                     if self.checkpoint_requested.is_set():
                         self.save_checkpoint()
-                    if sock.poll(100):
-                        self._receive(sock.recv_multipart(copy=False))
-                        while self._batch_ready() and not self.stop.is_set():
-                            if self._before_update is not None and not self._before_update(self.stop):
-                                self.stop.set()
-                                break
-                            self._update()
+                    self._turn(sock)
             finally:
                 sock.close()
         except BaseException as exc:
             self.error = exc
             self.ready.set()
             raise
+
+    def _turn(self, sock: zmq.Socket) -> None:
+        """One turn of the learner loop: take a segment if one comes within 100 ms, then
+        run every update a whole batch allows (off-policy learners override this:
+        ``jaxsrl/workers/learner/replay_trainer.py``)."""
+        if sock.poll(100):
+            self._receive(sock.recv_multipart(copy=False))
+            while self._batch_ready() and not self.stop.is_set():
+                if self._before_update is not None and not self._before_update(self.stop):
+                    self.stop.set()
+                    break
+                self._update()
 
     def _validate(self, frames: list) -> wire.Message:
         """Decode and check one message; raises ``WireError`` (or ``StaleRunError``)."""
@@ -312,8 +318,12 @@ class TrainerWorker:
         if self.max_staleness and self.version - oldest > self.max_staleness:
             self.metrics.count("stale_segments_dropped")
             return
-        self._pending.append(msg.arrays)
-        self._pending_rows += len(msg.arrays["reward"])
+        self._accept(msg.arrays)
+
+    def _accept(self, arrays: dict) -> None:
+        """Keep a valid segment's arrays (``[rows, ...]``) for the next batches."""
+        self._pending.append(arrays)
+        self._pending_rows += len(arrays["reward"])
 
     def _batch_ready(self) -> bool:
         """Drop pending rows too stale for the next update; is a whole batch left?"""
