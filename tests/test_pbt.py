@@ -313,6 +313,11 @@ def test_lineage_hyper_schedule_and_ancestry():
     # c's weights came from a at 20, whose weights came from b at 10.
     assert lin.ancestry("c") == [("c", math.inf), ("a", 20), ("b", 10)]
     assert lin.ancestry("b") == [("b", math.inf)]
+    # Two rounds at the same step: the order of recording decides.
+    same = Lineage({"a": h(1.0), "b": h(2.0), "c": h(3.0)})
+    same.record(Event("a", "b", h(1.0), h(2.4), {}, 0.0, 1.0), 10)
+    same.record(Event("c", "a", h(3.0), h(2.4), {}, 0.0, 1.0), 10)
+    assert same.ancestry("c") == [("c", math.inf), ("a", 10), ("b", 10)]
     with pytest.raises(ValueError, match="unknown member 'z'"):
         lin.record(Event("z", "a", {}, {}, {}, 0.0, 1.0), 30)
     with pytest.raises(ValueError, match="step=5 of 'a' is before its last event's step 10"):

@@ -90,6 +90,17 @@ def test_fork_and_forget():
     assert r.ordinal("unseen") == pytest.approx(0.0)  # the prior's mu - 3 sigma
 
 
+def test_league_table_sorts_by_ordinal_not_by_mean():
+    """A lucky newcomer (mu 30, sigma 8: ordinal 6) ranks below a proven player (mu 28,
+    sigma 2: ordinal 22)."""
+    r = Ratings()
+    r.load({"format": 1, "model": "plackett_luce", "rows": [
+        {"id": "new", "mu": 30.0, "sigma": 8.0, "ordinal": 6.0, "games": 1, "wins": 1},
+        {"id": "proven", "mu": 28.0, "sigma": 2.0, "ordinal": 22.0, "games": 90, "wins": 60,
+         "losses": 30}]})
+    assert [(row.id, row.ordinal) for row in r.table()] == [("proven", 22.0), ("new", 6.0)]
+
+
 def test_state_dict_round_trip_through_json():
     r = Ratings()
     for outcome in (1, 0, 0.5, 1):

@@ -31,14 +31,18 @@ class Lineage:
         if bad:
             raise ValueError(f"lineage: members must be strings; got {bad!r}")
         self._initial = {m: {k: float(v) for k, v in h.items()} for m, h in initial.items()}
-        self._events: dict[str, list[tuple[int, Event]]] = {m: [] for m in initial}
+        # Per member [(step, seq, event)]; seq numbers every event of the population in
+        # the order recorded, which orders events recorded at the same step.
+        self._events: dict[str, list[tuple[int, int, Event]]] = {m: [] for m in initial}
+        self._seq = 0
 
     @property
     def members(self) -> list[str]:
         return list(self._initial)
 
     def record(self, event: Event, step: int) -> None:
-        """Add ``event`` (applied at ``step``, e.g. the member's env steps or PBT round).
+        """Add ``event`` (applied at ``step``, e.g. the member's env steps or PBT round),
+        after every event recorded so far.
 
         Raises:
           ValueError: an unknown member or source, or a step below the member's last one.
@@ -50,7 +54,8 @@ class Lineage:
         if history and step < history[-1][0]:
             raise ValueError(f"lineage: step={step} of {event.member!r} is before its last "
                              f"event's step {history[-1][0]}")
-        history.append((int(step), event))
+        history.append((int(step), self._seq, event))
+        self._seq += 1
 
     def record_all(self, events: Iterable[Event], step: int) -> None:
         for e in events:
@@ -58,12 +63,12 @@ class Lineage:
 
     def history(self, member: str) -> list[tuple[int, Event]]:
         """``[(step, event)]`` of ``member``, oldest first."""
-        return list(self._events[member])
+        return [(s, e) for s, _, e in self._events[member]]
 
     def hyper_at(self, member: str, step: int) -> dict[str, float]:
         """``member``'s hyperparameters in force at ``step`` (after events at ``<= step``)."""
         hyper = dict(self._initial[member])
-        for s, e in self._events[member]:
+        for s, _, e in self._events[member]:
             if s > step:
                 break
             hyper = dict(e.after)
@@ -75,17 +80,18 @@ class Lineage:
         last entry trained from its own initialisation)."""
         chain, cur, before = [(member, math.inf)], member, math.inf
         while True:
-            earlier = [(s, e) for s, e in self._events[cur] if s < before]
+            earlier = [(s, q, e) for s, q, e in self._events[cur] if q < before]
             if not earlier:
                 return chain
-            before, e = earlier[-1]
+            step, before, e = earlier[-1]
             cur = e.source
-            chain.append((cur, before))
+            chain.append((cur, step))
 
     def state_dict(self) -> dict:
-        """JSON-serialisable: ``{"format", "initial", "events": {member: [{step, ...}]}}``."""
+        """JSON-serialisable: ``{"format", "initial", "events": {member: [{step, seq,
+        ...Event fields}]}}``."""
         return {"format": FORMAT, "initial": {m: dict(h) for m, h in self._initial.items()},
-                "events": {m: [{"step": s, **e.to_dict()} for s, e in ev]
+                "events": {m: [{"step": s, "seq": q, **e.to_dict()} for s, q, e in ev]
                            for m, ev in self._events.items()}}
 
     def load(self, state: Mapping) -> None:
@@ -98,9 +104,10 @@ class Lineage:
             raise ValueError(f"lineage: format={state.get('format')!r}; this version reads {FORMAT}")
         fresh = Lineage(state["initial"])
         try:
-            for ev in state["events"].values():
-                for d in ev:
-                    fresh.record(Event.from_dict(d), int(d["step"]))
+            entries = sorted((d for ev in state["events"].values() for d in ev),
+                             key=lambda d: d["seq"])
+            for d in entries:
+                fresh.record(Event.from_dict(d), int(d["step"]))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"lineage: malformed event entry ({exc!r})") from None
         self._initial, self._events = fresh._initial, fresh._events
