@@ -1,6 +1,6 @@
 """Ratings from two-team episodes (openskill Plackett-Luce), the league table and state
-round trips. One game is checked against Weng & Lin (2011), Algorithm 4, written out by
-hand for two one-player teams."""
+round trips. One game is checked against the Plackett-Luce update of Weng & Lin (2011),
+written out by hand for two one-player teams."""
 
 import json
 import math
@@ -13,7 +13,7 @@ BETA, TAU, KAPPA = 25 / 6, 25 / 300, 1e-4  # openskill's defaults (beta = sigma0
 
 
 def weng_lin_pl_two_players(mu_w, sigma_w, mu_l, sigma_l):
-    """Plackett-Luce update of a winner and a loser (Weng & Lin 2011, Alg. 4 with
+    """Plackett-Luce update of a winner and a loser (Weng & Lin 2011, with
     gamma_q = sigma_i / c, as openskill; openskill first adds tau^2 to sigma^2)."""
     s2w, s2l = sigma_w**2 + TAU**2, sigma_l**2 + TAU**2
     c = math.sqrt(s2w + s2l + 2 * BETA**2)

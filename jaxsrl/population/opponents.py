@@ -4,10 +4,12 @@ The learner publishes policy versions; every ``snapshot_every`` versions the poo
 snapshot (the runtime stores the parameters under the returned id). Each episode's
 opponent is ``"latest"`` (the current policy, plain self-play) with probability
 ``p_latest``, else a snapshot, uniformly or weighted by rating. Playing against past
-selves as well as the latest one is what keeps self-play from cycling (Bansal et al.
-2018, "Emergent Complexity via Multi-Agent Competition", Sec. 4: opponents sampled from
-past versions; OpenAI Five, Berner et al. 2019, App. N: 80% latest, 20% past snapshots
-weighted by a quality score, the source of the defaults here).
+selves as well as the latest one keeps self-play from overfitting to (and cycling
+with) the current opponent: Bansal et al. 2018, "Emergent Complexity via Multi-Agent
+Competition", sample opponents uniformly from older snapshots; OpenAI Five (Berner et
+al. 2019, "Dota 2 with Large Scale Deep Reinforcement Learning", the appendix on
+opponent sampling) plays 80% of games against the latest parameters and 20% against
+past versions chosen by a softmax of quality scores, the source of the defaults here.
 
 When the pool is over ``max_size`` one snapshot is dropped:
 
@@ -58,7 +60,8 @@ class OpponentPoolConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad setting."""
-        checks = [("snapshot_every", isinstance(self.snapshot_every, int) and self.snapshot_every >= 1),
+        k = self.snapshot_every
+        checks = [("snapshot_every", isinstance(k, int) and k >= 1),
                   ("max_size", isinstance(self.max_size, int) and self.max_size >= 1),
                   ("p_latest", 0 <= self.p_latest <= 1), ("temperature", self.temperature > 0)]
         for name, ok in checks:
@@ -120,7 +123,8 @@ class OpponentPool:
             raise ValueError(f"opponents: version {version} is below the last one seen "
                              f"({self._last_seen})")
         self._last_seen = version
-        if self._last_snapshot is not None and version - self._last_snapshot < self.config.snapshot_every:
+        last = self._last_snapshot
+        if last is not None and version - last < self.config.snapshot_every:
             return PoolChange(None, [])
         sid = f"{self.name}:{version}"
         self._snapshots.append((sid, version))

@@ -1,14 +1,15 @@
 """Population-based training: truncation selection (exploit) and perturbation (explore).
 
-Jaderberg et al. 2017, "Population Based Training of Neural Networks", Sec. 3 and 4.1:
-when the population is ready (every so many steps, decided by the runtime), members are
-ranked by fitness (e.g. the mean episodic return); each member of the bottom fraction
-copies the whole learner state of a member of the top fraction chosen uniformly at random
-(*exploit*: parameters, optimiser state, normaliser statistics, counters and
-hyperparameters), then perturbs the copied hyperparameters (*explore*): each one is
-multiplied by 0.8 or 1.2, or, with ``resample_probability``, drawn afresh from its range,
-and clipped to the range. Every decision is an :class:`Event`; :func:`apply` carries it
-out on learner-state pytrees; :class:`~jaxsrl.population.lineage.Lineage` records them.
+Jaderberg et al. 2017, "Population Based Training of Neural Networks", Sec. 3 (used for
+deep RL in Sec. 4.1): when the population is ready (every so many steps, decided by the
+runtime), members are ranked by fitness (e.g. the mean episodic return); each member of
+the bottom fraction copies the whole learner state of a member of the top fraction
+chosen uniformly at random (*exploit*: parameters, optimiser state, normaliser
+statistics, counters and hyperparameters), then perturbs the copied hyperparameters
+(*explore*): each one is multiplied by 0.8 or 1.2, or, with ``resample_probability``,
+drawn afresh from its range, and clipped to the range. Every decision is an
+:class:`Event`; :func:`apply` carries it out on learner-state pytrees;
+:class:`~jaxsrl.population.lineage.Lineage` records them.
 
 Deviations from the paper, and why:
 

@@ -1,8 +1,8 @@
 """Ratings of policies (``"latest"`` and snapshots) from finished two-team episodes.
 
 Uses openskill's Plackett-Luce model (Weng & Lin 2011, "A Bayesian Approximation Method
-for Online Ranking", JMLR 12, Algorithm 4): each player has a Gaussian skill belief
-``N(mu, sigma^2)`` (defaults 25 and 25/3); a game moves the winner's ``mu`` up and the
+for Online Ranking", JMLR 12): each player has a Gaussian skill belief ``N(mu, sigma^2)``
+(defaults 25 and 25/3); a game moves the winner's ``mu`` up and the
 loser's down by an amount that grows with the surprise of the result, and shrinks both
 ``sigma``; a draw is a shared rank. The league table sorts by the *ordinal*
 ``mu - 3 sigma``, a conservative skill estimate: a snapshot that has won its only game
