@@ -13,6 +13,15 @@ AGENTS: dict[str, Agent] = {
     sac.AGENT.name: sac.AGENT,
 }
 
+HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
+    ppo.AGENT.name: ppo.HYPERPARAMETERS,
+    impala.AGENT.name: impala.HYPERPARAMETERS,
+}
+"""Per built-in agent, the config fields its ``learn`` reads from ``state.hyper`` (the
+ones population-based training may change without recompiling; see
+``jaxsrl/population/search_space.py``). An agent of your own declares them as a
+``HYPERPARAMETERS`` tuple in its module."""
+
 
 def get_agent(name: str, registry: dict[str, Agent] | None = None) -> Agent:
     """The agent ``name`` names: a key of ``registry`` (default :data:`AGENTS`) or a

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import optax
 
 from agents import networks
-from agents.optim import clipped_adam
-from agents.state import LearnerState
+from agents.optim import clipped_adam_lr_arg
+from agents.state import LearnerState, hyper_from_config, hyper_of
 from agents.returns import bootstrap_values
 from agents.vtrace import vtrace
 from jaxsrl.core.agent import Agent, AgentFns, EnvSpec, Trajectory
@@ -90,7 +90,12 @@ class IMPALAConfig:
     """Hidden activation: one of ``networks.ACTIVATIONS`` (tanh, relu, gelu, ...)."""
 
 
-IMPALAState = LearnerState  # (params, opt_state, update_step); see agents/state.py
+IMPALAState = LearnerState  # (params, opt_state, update_step, hyper); see agents/state.py
+
+HYPERPARAMETERS: tuple[str, ...] = ("learning_rate", "ent_coef", "vf_coef", "gamma")
+"""``IMPALAConfig`` fields that ``learn`` reads from ``state.hyper`` (``[]`` float32
+each), so a change there takes effect without recompiling (see ``agents.ppo``);
+``learning_rate`` is the base step size, still annealed when ``anneal_lr``."""
 
 
 class IMPALALoss(NamedTuple):
@@ -208,8 +213,8 @@ def make(config: IMPALAConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         optimiser steps: the anneal spans ``num_updates`` such calls. ``minibatches`` is
         ``minibatches_for(B, num_minibatches)``, known once ``learn`` sees ``B``; the
         optimiser state's layout does not depend on it (``init`` uses the configured one)."""
-        return clipped_adam(config.learning_rate, config.anneal_lr,
-                            num_updates * config.num_epochs * minibatches, config.max_grad_norm)
+        return clipped_adam_lr_arg(config.anneal_lr, num_updates * config.num_epochs * minibatches,
+                                   config.max_grad_norm)
 
     init_optimiser, _ = optimiser_for(config.num_minibatches)
 
@@ -221,14 +226,15 @@ def make(config: IMPALAConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
     def init(rng: chex.PRNGKey) -> IMPALAState:
         dummy = flat_obs(networks.dummy_observation(obs_space))
         params = net.init(rng, dummy)
-        return IMPALAState(params, init_optimiser.init(params), jnp.zeros((), jnp.int32))
+        return IMPALAState(params, init_optimiser.init(params), jnp.zeros((), jnp.int32),
+                           hyper_from_config(config, HYPERPARAMETERS))
 
     def act(params, obs, carry, rng, *, deterministic: bool = False):
         dist = net.apply(params, flat_obs(obs), method="policy")
         action = networks.mode(dist) if deterministic else networks.sample(dist, rng)
         return action, carry, {"logp": networks.log_prob(dist, action)}
 
-    def loss_fn(params, traj: Trajectory):
+    def loss_fn(params, traj: Trajectory, hyper):
         """Loss of ``b`` whole segments: ``[b, T]`` leaves (``obs`` ``[b, T + 1]``).
 
         Idle steps (``traj.valid`` False) are left out of the V-trace targets (see
@@ -251,15 +257,15 @@ def make(config: IMPALAConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         log_rho = jnp.where(valid, jax.lax.stop_gradient(logp) - traj.behaviour_logp, 0.0)
         targets = vtrace(
             v_sg[:, :T].T, v_tp1, traj.reward.T.astype(jnp.float32),
-            config.gamma * (1.0 - terminated.T),
+            hyper["gamma"] * (1.0 - terminated.T),
             jnp.logical_or(traj.terminated, traj.truncated).T, log_rho.T,
             lambda_=config.vtrace_lambda, clip_rho=config.clip_rho,
             clip_c=config.clip_c, clip_pg_rho=config.clip_pg_rho, valid_t=valid.T,
         )
         out = impala_loss(
             logp.reshape(-1), targets.pg_advantage.T.reshape(-1), v_obs[:, :T].reshape(-1),
-            targets.vs.T.reshape(-1), entropy.reshape(-1), vf_coef=config.vf_coef,
-            ent_coef=config.ent_coef, normalize_advantages=config.normalize_advantages,
+            targets.vs.T.reshape(-1), entropy.reshape(-1), vf_coef=hyper["vf_coef"],
+            ent_coef=hyper["ent_coef"], normalize_advantages=config.normalize_advantages,
             mask=valid.reshape(-1),
         )
         ratio = jnp.exp(log_rho)
@@ -292,13 +298,15 @@ def make(config: IMPALAConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         # The optimiser steps this call really takes (M may be below num_minibatches):
         # the anneal horizon and the learning_rate metric count these.
         steps_per_update = config.num_epochs * M
-        optimiser, learning_rate = optimiser_for(M)
+        optimiser, lr_multiplier = optimiser_for(M)
+        hyper = hyper_of(state, HYPERPARAMETERS, "impala")
 
         def sgd_step(carry, minibatch: Trajectory):
             params, opt_state, step = carry
-            grads, metrics = jax.grad(loss_fn, has_aux=True)(params, minibatch)
-            lr = learning_rate(step)  # what Adam uses: its own count equals `step`
-            updates, opt_state = optimiser.update(grads, opt_state, params)
+            grads, metrics = jax.grad(loss_fn, has_aux=True)(params, minibatch, hyper)
+            lr = hyper["learning_rate"] * lr_multiplier(step)  # Adam's own count equals `step`
+            updates, opt_state = optimiser.update(grads, opt_state, params,
+                                                  learning_rate=hyper["learning_rate"])
             params = optax.apply_updates(params, updates)
             metrics = {**metrics, "grad_norm": optax.tree.norm(grads),
                        "learning_rate": jnp.asarray(lr, jnp.float32)}
@@ -314,7 +322,7 @@ def make(config: IMPALAConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             epoch, (state.params, state.opt_state, first_step),
             jax.random.split(rng, config.num_epochs))
         metrics = jax.tree.map(jnp.mean, metrics)
-        return IMPALAState(params, opt_state, state.update_step + 1), metrics
+        return IMPALAState(params, opt_state, state.update_step + 1, hyper), metrics
 
     def initial_carry(n: int):
         del n

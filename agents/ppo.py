@@ -19,15 +19,16 @@ import optax
 
 from agents import encoders, networks
 from agents import normalization as nz
-from agents.optim import clipped_adam
+from agents.optim import clipped_adam_lr_arg
 from agents.ppo_loss import (PPOLoss, masked_mean, minibatch_metrics, pop_art_preserve,
                              ppo_loss, replace_at, standardise, unstandardise)
 from agents.ppo_recurrent import make_recurrent
 from agents.returns import bootstrap_values, gae
-from agents.state import LearnerState
+from agents.state import LearnerState, hyper_from_config, hyper_of
 from jaxsrl.core.agent import Agent, AgentFns, EnvSpec, Trajectory
 
-__all__ = ["AGENT", "PPOConfig", "PPOLoss", "PPOState", "make", "ppo_loss"]  # loss re-exported
+__all__ = ["AGENT", "HYPERPARAMETERS", "PPOConfig", "PPOLoss", "PPOState", "make",
+           "ppo_loss"]  # loss re-exported
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +143,15 @@ class PPOConfig:
             raise ValueError(f"ppo.network={self.network!r}; valid: 'mlp', 'entity_lstm'")
 
 
-PPOState = LearnerState  # (params, opt_state, update_step); see agents/state.py
+PPOState = LearnerState  # (params, opt_state, update_step, hyper); see agents/state.py
+
+HYPERPARAMETERS: tuple[str, ...] = ("learning_rate", "ent_coef", "vf_coef", "clip_eps", "gamma",
+                                    "gae_lambda")
+"""``PPOConfig`` fields that ``learn`` reads from ``state.hyper`` (``[]`` float32 each),
+not from the config: changing them in the state takes effect at the next ``learn``
+without recompiling (population-based training). ``learning_rate`` is the base step
+size; ``anneal_lr`` still multiplies it by ``1 - step / total``. The config values are
+the initial ones (``init``)."""
 
 
 class _Batch(NamedTuple):
@@ -180,7 +189,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
                 "ppo.network='entity_lstm' needs entity observations (a Dict with 'self', "
                 "'lidar' and per-kind entity/mask keys, as hide_and_seek gives); got "
                 f"{spec.observation_space}: use ppo.network='mlp' for this environment")
-        return make_recurrent(config, spec, num_updates, PPOState)
+        return make_recurrent(config, spec, num_updates, PPOState, HYPERPARAMETERS)
     if config.network != "mlp":
         raise ValueError(f"unknown network {config.network!r}; valid: 'mlp', 'entity_lstm'")
     if config.activation not in networks.ACTIVATIONS:
@@ -194,8 +203,8 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         config.activation, config.shared_torso, config.init)
     unroll = encoders.scan_unroll(net)  # CNN gradients are slow inside XLA:CPU loops
     steps_per_update = config.num_epochs * config.num_minibatches
-    optimiser, learning_rate = clipped_adam(config.learning_rate, config.anneal_lr,
-                                            num_updates * steps_per_update, config.max_grad_norm)
+    optimiser, lr_multiplier = clipped_adam_lr_arg(config.anneal_lr, num_updates * steps_per_update,
+                                                   config.max_grad_norm)
 
     def _obs(params, obs):
         """Observations as the network sees them (normalised if configured)."""
@@ -208,13 +217,15 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         return unstandardise(params["ret_stats"], v) if config.normalize_values else v
 
     def init(rng: chex.PRNGKey) -> PPOState:
-        """Parameters ``{"net", "obs_stats", "ret_stats"}``, Adam state, step 0."""
+        """Parameters ``{"net", "obs_stats", "ret_stats"}``, Adam state, step 0 and the
+        configured ``HYPERPARAMETERS`` as ``hyper``."""
         dummy = networks.dummy_observation(obs_space)
         variables = net.init(rng, net_input(dummy))
         params = {"net": variables,
                   "obs_stats": nz.init_obs_stats(jax.tree.map(lambda x: x[0], dummy)),
                   "ret_stats": nz.init_stats(())}
-        return PPOState(params, optimiser.init(variables), jnp.zeros((), jnp.int32))
+        return PPOState(params, optimiser.init(variables), jnp.zeros((), jnp.int32),
+                        hyper_from_config(config, HYPERPARAMETERS))
 
     def act(params, obs, carry, rng, *, deterministic: bool = False):
         """Actions ``[N, *act]`` for observations ``[N, *obs]``; ``carry`` passes through.
@@ -234,7 +245,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
     value_layer = (("params", "value_out") if isinstance(net, networks.SharedActorCritic)
                    else ("params", "value_net", f"Dense_{len(config.hidden_sizes)}"))
 
-    def loss_fn(variables, batch: _Batch):
+    def loss_fn(variables, batch: _Batch, hyper):
         # batch.obs is already normalised; return_/old_value are in the value head's units.
         dist, value = net.apply(variables, net_input(batch.obs))
         out = ppo_loss(
@@ -245,9 +256,9 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             batch.old_value,
             batch.return_,
             networks.entropy(dist),
-            clip_eps=config.clip_eps,
-            vf_coef=config.vf_coef,
-            ent_coef=config.ent_coef,
+            clip_eps=hyper["clip_eps"],
+            vf_coef=hyper["vf_coef"],
+            ent_coef=hyper["ent_coef"],
             clip_value_loss=config.clip_value_loss,
             normalize_advantages=config.normalize_advantages,
             kl_coef=config.kl_coef,
@@ -256,11 +267,12 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         )
         return out.total, out
 
-    def sgd_step(carry, batch: _Batch):
+    def sgd_step(carry, batch: _Batch, hyper):
         params, opt_state, step = carry
-        grads, out = jax.grad(loss_fn, has_aux=True)(params, batch)
-        lr = learning_rate(step)  # what Adam uses at this step (for the metrics)
-        updates, opt_state = optimiser.update(grads, opt_state, params)
+        grads, out = jax.grad(loss_fn, has_aux=True)(params, batch, hyper)
+        lr = hyper["learning_rate"] * lr_multiplier(step)  # what Adam uses (for the metrics)
+        updates, opt_state = optimiser.update(grads, opt_state, params,
+                                              learning_rate=hyper["learning_rate"])
         params = optax.apply_updates(params, updates)
         return (params, opt_state, step + 1), minibatch_metrics(out, grads, lr)
 
@@ -274,6 +286,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         normalised with the *unchanged* observation statistics; the observation
         statistics merge this batch last (CleanRL/SB3 normalise with the statistics
         the actors used as well). Steps where ``traj.valid`` is False count nowhere.
+        The ``HYPERPARAMETERS`` come from ``state.hyper`` (carried over unchanged).
         """
         B, T = traj.reward.shape
         n = B * T
@@ -284,7 +297,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         valid = traj.valid  # [B, T] bool or None
         if valid is not None:
             chex.assert_shape(valid, (B, T))
-        params = state.params
+        params, hyper = state.params, hyper_of(state, HYPERPARAMETERS, "ppo")
 
         # Fresh values with the current parameters; also the "old" values for clipping.
         v_obs = value_fn(params, traj.obs)  # [B, T + 1]
@@ -294,11 +307,11 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         v_tp1 = bootstrap_values(v_obs.T, v_final.T, traj.truncated.T)  # [T, B]
         adv, ret = gae(
             traj.reward.T.astype(jnp.float32),
-            config.gamma * (1.0 - terminated.T),
+            hyper["gamma"] * (1.0 - terminated.T),
             v_obs[:, :T].T,
             v_tp1,
             jnp.logical_or(traj.terminated, traj.truncated).T,
-            config.gae_lambda,
+            hyper["gae_lambda"],
         )  # [T, B] each
 
         target, old_value = ret.T, v_obs[:, :T]  # [B, T], return units
@@ -328,7 +341,8 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         def epoch(carry, key):
             perm = jax.random.permutation(key, n).reshape(config.num_minibatches, -1)
             minibatches = jax.tree.map(lambda x: x[perm], data)  # [M, N / M, ...]
-            return jax.lax.scan(sgd_step, carry, minibatches, unroll=unroll)
+            return jax.lax.scan(lambda c, mb: sgd_step(c, mb, hyper), carry, minibatches,
+                                unroll=unroll)
 
         first_step = state.update_step * steps_per_update  # optimiser steps so far
         (variables, opt_state, _), metrics = jax.lax.scan(
@@ -343,7 +357,8 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         if config.normalize_observations:  # last: act and learn used the same statistics
             params = {**params, "obs_stats": nz.update_obs_stats(
                 params["obs_stats"], jax.tree.map(lambda x: x[:, :T], traj.obs), valid)}
-        return PPOState({**params, "net": variables}, opt_state, state.update_step + 1), metrics
+        return PPOState({**params, "net": variables}, opt_state, state.update_step + 1,
+                        hyper), metrics
 
     def initial_carry(n: int):
         del n

@@ -16,6 +16,9 @@ here). Differences from the feed-forward path in ``agents/ppo.py``:
 * steps where ``Trajectory.valid`` is False (idle rows) count in no statistic or loss;
 * a non-finite gradient skips the optimiser step (``optax.apply_if_finite``).
 
+The hyperparameters of ``agents.ppo.HYPERPARAMETERS`` are read from ``state.hyper``, as
+in the feed-forward path.
+
 The loss is ``agents.ppo.ppo_loss`` (Schulman et al. 2017, eq. 7, 9); advantages are
 GAE (Schulman et al. 2016) with bootstrapping through truncation.
 """
@@ -27,11 +30,12 @@ import jax.numpy as jnp
 import optax
 
 from agents import networks, normalization as nz
-from agents.optim import clipped_adam
+from agents.optim import clipped_adam_lr_arg
 from agents import entity_network
 from agents.ppo_loss import (masked_mean, minibatch_metrics, pop_art_preserve, ppo_loss,
                              replace_at, standardise, unstandardise)
 from agents.returns import bootstrap_values, gae
+from agents.state import hyper_from_config, hyper_of
 from jaxsrl.core.agent import AgentFns, EnvSpec, Trajectory
 
 
@@ -92,16 +96,18 @@ def _schedule_count(opt_state) -> jax.Array:
     return next(x for x in jax.tree.leaves(opt_state, is_leaf=is_sched) if is_sched(x)).count
 
 
-def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentFns:
+def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls,
+                   hyperparameters: tuple[str, ...]) -> AgentFns:
     """Build recurrent PPO's pure functions (see module docstring).
 
-    ``state.params`` is ``{"net": variables, "obs_stats": ..., "ret_stats": ...}``.
+    ``state.params`` is ``{"net": variables, "obs_stats": ..., "ret_stats": ...}``;
+    ``state.hyper`` holds ``hyperparameters`` (``agents.ppo.HYPERPARAMETERS``).
     """
     net = entity_network.from_config(networks.head_for_space(spec.action_space), config)
     obs_space = spec.observation_space
     steps_per_update = config.num_epochs * config.num_minibatches
-    inner, learning_rate = clipped_adam(config.learning_rate, config.anneal_lr, num_updates * steps_per_update,
-                            config.max_grad_norm)
+    inner, lr_multiplier = clipped_adam_lr_arg(config.anneal_lr, num_updates * steps_per_update,
+                                               config.max_grad_norm)
     optimiser = optax.apply_if_finite(inner, max_consecutive_errors=1_000_000)
 
     def initial_carry(n: int):
@@ -116,7 +122,8 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentF
         params = {"net": variables,
                   "obs_stats": nz.init_obs_stats(jax.tree.map(lambda x: x[0], dummy)),
                   "ret_stats": nz.init_stats(())}
-        return state_cls(params, optimiser.init(variables), jnp.zeros((), jnp.int32))
+        return state_cls(params, optimiser.init(variables), jnp.zeros((), jnp.int32),
+                         hyper_from_config(config, hyperparameters))
 
     def act(params, obs, carry, rng, *, deterministic: bool = False):
         dist, _, carry = net.apply(params["net"], _obs(params, obs), carry,
@@ -134,7 +141,7 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentF
         B, T = traj.reward.shape
         if B % config.num_minibatches:
             raise ValueError(f"B={B} segments not divisible by num_minibatches={config.num_minibatches}")
-        params = state.params
+        params, hyper = state.params, hyper_of(state, hyperparameters, "ppo")
         tm = lambda x: jnp.swapaxes(x, 0, 1)  # [B, T, ...] -> [T, B, ...]
         obs = jax.tree.map(tm, _obs(params, traj.obs))
         final_obs = jax.tree.map(tm, _obs(params, traj.final_obs))
@@ -147,8 +154,8 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentF
         v_obs, v_final = scale(v_norm), scale(vf_norm)  # [T+1, B], [T, B]
         v_tp1 = bootstrap_values(v_obs, v_final, tm(traj.truncated))
         adv, ret = gae(tm(traj.reward).astype(jnp.float32),
-                       config.gamma * (1.0 - tm(traj.terminated).astype(jnp.float32)),
-                       v_obs[:T], v_tp1, tm(done), config.gae_lambda)  # [T, B]
+                       hyper["gamma"] * (1.0 - tm(traj.terminated).astype(jnp.float32)),
+                       v_obs[:T], v_tp1, tm(done), hyper["gae_lambda"])  # [T, B]
         target, old_value = ret, v_obs[:T]
         variables = params["net"]
         if config.normalize_values:
@@ -169,7 +176,8 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentF
             out = ppo_loss(flat(networks.log_prob(dist, mb["action"])), flat(mb["logp"]),
                            flat(mb["adv"]), flat(values[:T]), flat(mb["old_value"]),
                            flat(mb["target"]), flat(networks.entropy(dist)),
-                           clip_eps=config.clip_eps, vf_coef=config.vf_coef, ent_coef=config.ent_coef,
+                           clip_eps=hyper["clip_eps"], vf_coef=hyper["vf_coef"],
+                           ent_coef=hyper["ent_coef"],
                            clip_value_loss=config.clip_value_loss,
                            normalize_advantages=config.normalize_advantages,
                            kl_coef=config.kl_coef, value_clip_eps=config.value_clip_eps or None,
@@ -181,8 +189,9 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentF
             mb = jax.tree.map(lambda x: x[:, idx], data)  # segments idx, time-major
             seg_carry = jax.tree.map(lambda x: x[idx], traj.carry)
             grads, out = jax.grad(loss_fn, has_aux=True)(variables, mb, seg_carry)
-            lr = learning_rate(_schedule_count(opt_state))
-            updates, opt_state = optimiser.update(grads, opt_state, variables)
+            lr = hyper["learning_rate"] * lr_multiplier(_schedule_count(opt_state))
+            updates, opt_state = optimiser.update(grads, opt_state, variables,
+                                                  learning_rate=hyper["learning_rate"])
             variables = optax.apply_updates(variables, updates)
             return (variables, opt_state), minibatch_metrics(out, grads, lr)
 
@@ -199,6 +208,7 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls) -> AgentF
         if config.normalize_observations:  # last: act and learn used the same statistics
             params = {**params, "obs_stats": nz.update_obs_stats(
                 params["obs_stats"], jax.tree.map(lambda x: x[:, :T], traj.obs), traj.valid)}
-        return state_cls({**params, "net": variables}, opt_state, state.update_step + 1), metrics
+        return state_cls({**params, "net": variables}, opt_state, state.update_step + 1,
+                         hyper), metrics
 
     return AgentFns(init=init, act=act, learn=learn, initial_carry=initial_carry)
