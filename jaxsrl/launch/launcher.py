@@ -284,7 +284,8 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
                 streams = [{"policy": trainers[sample].policy, "team": team,
                             **assigner.next(inference),  # its server (and fallbacks)
                             "sample_address": learners.sample_address(idx, trainers[sample].address)
-                            if learners else trainers[sample].address}
+                            if learners else trainers[sample].address,
+                            "sample_sndbuf": trainers[sample].sample_buffer_bytes}
                            for team, inference, sample in a.bindings()]
                 error_file = os.path.join(logdir, "errors", f"actor{idx}.txt")
                 if os.path.exists(error_file):

@@ -153,6 +153,9 @@ class Stream:
         self.samples = ctx.socket(zmq.PUSH)
         self.samples.setsockopt(zmq.LINGER, 1000)
         self.samples.setsockopt(zmq.SNDHWM, int(spec.get("sample_hwm", 2)))
+        # kernel send buffer (bytes; -1: the OS default): small for replay learners, so
+        # back-pressure holds few segments in flight (TrainerWorker.sample_buffer_bytes)
+        self.samples.setsockopt(zmq.SNDBUF, int(spec.get("sample_sndbuf", -1)))
         if curve is not None:
             security.make_client(self.samples, *curve)
         self.samples.connect(spec["sample_address"])

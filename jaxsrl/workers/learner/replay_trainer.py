@@ -69,6 +69,11 @@ class ReplayTrainer(TrainerWorker):
         ``fns`` without replay, or a batch size not divisible by the local devices.
     """
 
+    #: Small kernel buffers on the sample stream: the bytes in flight between an actor
+    #: and this trainer (and so the items collected but not yet inserted, which age
+    #: meanwhile) stay a few segments while inserts wait (see the module doc).
+    sample_buffer_bytes = 4096
+
     def __init__(self, *args: Any, fns: AgentFns, planned_updates: int,
                  save_replay: bool = False, restore_replay: bool = False, **kwargs: Any):
         if kwargs.get("before_update") is not None:

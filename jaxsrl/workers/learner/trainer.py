@@ -121,6 +121,10 @@ class TrainerWorker:
         learners: :class:`jaxsrl.parallel.distributed.Lockstep`).
     """
 
+    #: Kernel socket buffer (SO_RCVBUF here, SO_SNDBUF of the actors' sample sockets) in
+    #: bytes; -1: the OS default (autotuned, up to megabytes).
+    sample_buffer_bytes: int = -1
+
     def __init__(self, name: str, policy: str, learn: Callable, put_batch: Callable, state: Any,
                  rng: jax.Array, version: int, observation_space, action_space,
                  segment_length: int, batch_segments: int, store: ParameterStore,
@@ -200,6 +204,7 @@ class TrainerWorker:
             sock = (self._context or zmq.Context.instance()).socket(zmq.PULL)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVHWM, 4)  # small queue: backpressure bounds staleness
+            sock.setsockopt(zmq.RCVBUF, self.sample_buffer_bytes)
             sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # bigger frames: disconnect
             if self._curve is not None:
                 security.make_server(sock, *self._curve)
