@@ -5,6 +5,7 @@ checkpoints of the replay; the dataflow's buffer worker."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import NamedTuple
@@ -253,6 +254,25 @@ def test_resume_with_and_without_the_replay(driven, tmp_path, caplog, save_repla
         else:
             assert feed.replay.inserts == 0 and feed.limiter.inserts == 0
             assert "refilling the buffer" in caplog.text
+    finally:
+        resumed.close()
+        ckpt.close()
+
+
+def test_a_saved_replay_that_does_not_fit_is_refilled(driven, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="jaxsrl")
+    spec = ReplaySpec(capacity=64, batch_size=4, replay_ratio=2.0, min_fill=8)
+    ckpt = Checkpointer(str(tmp_path / "ck"))
+    d = driven(spec, checkpointer=ckpt, save_replay=True)
+    d.send()
+    d.turn()
+    d.worker.save_checkpoint()
+    ckpt.manager.wait_until_finished()
+    bigger = dataclasses.replace(spec, capacity=128)
+    resumed = Driven(bigger, checkpointer=ckpt, version=d.worker.version, restore_replay=True)
+    try:
+        assert resumed.worker.feed.replay.inserts == 0
+        assert "does not fit this run" in caplog.text and "expected int32[128]" in caplog.text
     finally:
         resumed.close()
         ckpt.close()

@@ -166,8 +166,9 @@ class ReplayFeed:
           ValueError: the saved buffer does not match this one (``Replay.load_state_dict``).
           KeyError: ``d`` lacks ``buffer`` or ``limiter``.
         """
-        self.replay.load_state_dict(d["buffer"])
-        self.limiter.load_state_dict({k: int(np.asarray(v)) for k, v in d["limiter"].items()})
+        limiter = {k: int(np.asarray(d["limiter"][k])) for k in ("inserts", "samples", "deletes")}
+        self.replay.load_state_dict(d["buffer"])  # checks everything before it changes anything
+        self.limiter.load_state_dict(limiter)
         self._last = (time.monotonic(), self.replay.inserts, self.replay.samples)
 
     def describe(self) -> str:

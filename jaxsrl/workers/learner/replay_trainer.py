@@ -62,7 +62,8 @@ class ReplayTrainer(TrainerWorker):
       planned_updates: planned ``learn`` calls (beta schedule horizon).
       save_replay: checkpoints also hold the replay contents and rate-limiter counters.
       restore_replay: at warm-up, load the replay contents from the checkpoint of the
-        starting ``version`` if it has them (``--resume``); otherwise log the refill.
+        starting ``version`` if it has them and they fit this buffer (``--resume``);
+        otherwise log the refill.
 
     Raises:
       ValueError: ``before_update`` given (off-policy learners run in one process), a
@@ -104,7 +105,13 @@ class ReplayTrainer(TrainerWorker):
     def _load_replay(self) -> None:
         step, ckpt = self.version, self.checkpointer
         if ckpt is not None and ckpt.has_item(step, REPLAY_ITEM):
-            self.feed.load_state_dict(ckpt.restore_item(step, REPLAY_ITEM))
+            try:
+                self.feed.load_state_dict(ckpt.restore_item(step, REPLAY_ITEM))
+            except (ValueError, KeyError) as exc:
+                log.warning("%s: the replay saved in checkpoint %d does not fit this run (%s): "
+                            "refilling the buffer, learning resumes at %d items", self.name,
+                            step, exc, self.feed.spec.min_fill)
+                return
             log.info("%s: restored the replay from checkpoint %d: %s", self.name, step,
                      self.feed.describe())
         else:
