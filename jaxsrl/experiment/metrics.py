@@ -7,6 +7,15 @@ interval), ``episode_return_mean`` (episodes finished in the interval),
 ``policy_version``, ``staleness_mean`` (learner version minus the version that chose
 each action, over the samples learned in the interval), ``wall_time_s`` and the
 learner's losses (averaged over the interval's updates).
+
+Per-stage timers (milliseconds; like Cleanba's queue get/put times) come with them:
+``learner/update_ms`` (one update: batch to device, ``learn``, publish),
+``learner/batch_wait_ms`` (the learner waiting for its next batch to fill),
+``learner/publish_ms`` (handing new parameters to the co-located servers),
+``param_stream/publish_ms`` (a version copied to host and sent to remote servers),
+and ``inference/latency_ms_p50`` / ``_p99`` (a batch of requests, from noticing the
+first to the last reply sent; with remote servers, the mean over their status
+intervals of each interval's percentile); ``inference/batches`` counts the batches.
 """
 
 from __future__ import annotations
@@ -16,28 +25,44 @@ import json
 import logging
 import math
 import os
+import random
 import secrets
 import sys
 import threading
 import time
 from typing import Any
 
+from jaxsrl.experiment.run_dir import RunDir
+
 log = logging.getLogger("jaxsrl.experiment.metrics")
 
 
+#: percentiles reported for :meth:`MetricsAccumulator.add_sample` keys.
+PERCENTILES = (50, 99)
+#: most samples kept per key and interval (a uniform reservoir beyond that).
+MAX_SAMPLES = 8192
+
+
 class MetricsAccumulator:
-    """Counters and running sums shared by the workers of one run."""
+    """Counters, running sums and sampled distributions shared by the workers of one run.
+
+    Thread-safe. Each :meth:`snapshot` closes a logging interval: means and
+    percentiles are of the interval, counters are run-long.
+    """
 
     def __init__(self, env_steps: int = 0):
         self._lock = threading.Lock()
         self.env_steps = env_steps
         self.policy_version: dict[str, int] = {}
         self._counters: collections.Counter = collections.Counter()
+        self._rng = random.Random(0)
         self._reset_interval()
 
     def _reset_interval(self) -> None:
         self._sums: dict[str, float] = collections.defaultdict(float)
         self._counts: dict[str, int] = collections.defaultdict(int)
+        self._samples: dict[str, list] = collections.defaultdict(list)
+        self._seen: dict[str, int] = collections.defaultdict(int)
         self._interval_steps = 0
 
     def add_env_steps(self, n: int) -> None:
@@ -63,10 +88,29 @@ class MetricsAccumulator:
                 self._sums[prefix + key] += float(value)
                 self._counts[prefix + key] += 1
 
+    def add_sample(self, key: str, value: float) -> None:
+        """Add one observation of a distribution (e.g. one batch's latency in ms); the
+        interval's record gets ``<key>_p50`` and ``<key>_p99`` (:data:`PERCENTILES`),
+        over at most :data:`MAX_SAMPLES` observations drawn uniformly from it."""
+        with self._lock:
+            seen = self._seen[key] = self._seen[key] + 1
+            samples = self._samples[key]
+            if len(samples) < MAX_SAMPLES:
+                samples.append(float(value))
+            else:  # reservoir sampling (Vitter's algorithm R)
+                j = self._rng.randrange(seen)
+                if j < MAX_SAMPLES:
+                    samples[j] = float(value)
+
     def count(self, key: str, n: int = 1) -> None:
         """Increase a run-long counter (e.g. ``actor_restarts``, ``dropped_messages``)."""
         with self._lock:
             self._counters[key] += n
+
+    def counter(self, key: str) -> int:
+        """The run-long counter ``key`` (0 if it was never counted)."""
+        with self._lock:
+            return self._counters[key]
 
     def set_version(self, policy: str, version: int) -> None:
         with self._lock:
@@ -79,6 +123,10 @@ class MetricsAccumulator:
                                    "fps": self._interval_steps / max(elapsed_s, 1e-9)}
             for key, total in self._sums.items():
                 out[key] = total / self._counts[key]
+            for key, samples in self._samples.items():
+                ordered = sorted(samples)
+                for q in PERCENTILES:
+                    out[f"{key}_p{q}"] = _percentile(ordered, q)
             out.update(self._counters)
             versions = list(self.policy_version.values())
             out["policy_version"] = max(versions) if versions else 0
@@ -86,6 +134,14 @@ class MetricsAccumulator:
                 out.update({f"policy_version/{k}": v for k, v in self.policy_version.items()})
             self._reset_interval()
             return out
+
+
+def _percentile(ordered: list, q: float) -> float:
+    """``q``-th percentile (0..100) of sorted values, linear interpolation (NumPy's default)."""
+    pos = (len(ordered) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 class PolicyMetrics:
@@ -165,8 +221,9 @@ class MetricsWriter:
                  tensorboard: bool | None = None, wandb: bool | None = None,
                  console: Any = None):
         self.logdir = logdir
-        self.path = os.path.join(logdir, "metrics.jsonl")
-        self.config = _read_config(logdir)
+        run = RunDir(logdir)
+        self.path = run.metrics_path
+        self.config = run.config_or_empty()
         total = self.config.get("total_env_steps")
         self.total_env_steps = int(total) if isinstance(total, (int, float)) else None
         self._file = open(self.path, "a", buffering=1)
@@ -258,15 +315,6 @@ def _stderr_is_terminal() -> bool:
         return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
     except (AttributeError, ValueError):
         return False
-
-
-def _read_config(logdir: str) -> dict:
-    try:
-        with open(os.path.join(logdir, "config.json")) as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _run_title(config: dict, logdir: str) -> str:

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from jaxsrl.core.paths import REPO_ROOT
+from jaxsrl.experiment.run_dir import RunDir
 
 log = logging.getLogger("jaxsrl.eval")
 
@@ -34,7 +35,7 @@ class PeriodicEvaluator:
         self.next_version = every
         self.proc: subprocess.Popen | None = None
         self.pending_version: int | None = None  # waiting for this checkpoint
-        self._out = os.path.join(logdir, "eval")
+        self._out = RunDir(logdir).eval_path
 
     def due(self, version: int) -> bool:
         """True when a checkpoint for an evaluation should be requested now."""

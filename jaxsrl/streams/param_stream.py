@@ -46,16 +46,16 @@ import jax
 import numpy as np
 import zmq
 
-from jaxsrl.streams import security
+from jaxsrl.core.worker import Worker
 from jaxsrl.streams import wire
-from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.admission import DropLog
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.streams.sockets import bind, open_socket
 
 log = logging.getLogger("jaxsrl.streams.param_stream")
 
 CHUNK_BYTES = 1 << 20  # 1 MiB: one chunk never holds a socket for long
 ACTORS_TOPIC = b"actors\0"
-_MAX_CHUNKS = 1 << 20
 
 
 def topic(policy: str) -> bytes:
@@ -124,7 +124,7 @@ def encode_chunks(policy: str, version: int, params: Any, stream: int = 0,
     return out
 
 
-class ParamPublisher:
+class ParamPublisher(Worker):
     """Learner-process side: publishes the store's newest parameters on a PUB socket.
 
     A thread waits on the :class:`ParameterStore` (nothing in the trainer changes):
@@ -143,36 +143,39 @@ class ParamPublisher:
       chunk_bytes: most data bytes per message.
       curve: ``(public, secret)`` server keys to require CURVE, or ``None``.
       actor_runs: ``() -> {actor_id: run_id}``, or ``None``.
+      metrics: where ``param_stream/publish_ms`` (host copy and send of one version)
+        goes, or ``None``.
 
     Attributes:
       address: ``tcp://host:port`` to connect to (after :meth:`start`).
       sent: ``policy -> (version, time.monotonic())`` of the last version sent.
-      error: the exception that stopped the thread, or ``None``.
+      error: the exception that stopped the thread (also logged), or ``None``.
     """
+
+    reraise = False
+    log = log
 
     def __init__(self, store: ParameterStore, policies: Sequence[str],
                  context: zmq.Context | None = None, host: str = "127.0.0.1",
                  interval_s: float = 0.0, resend_s: float = 1.0, chunk_bytes: int = CHUNK_BYTES,
-                 curve: tuple | None = None, actor_runs: Callable[[], Mapping] | None = None):
+                 curve: tuple | None = None, actor_runs: Callable[[], Mapping] | None = None,
+                 metrics: Any = None):
         if interval_s < 0 or resend_s <= 0 or chunk_bytes < 1:
             raise ValueError(f"need interval_s >= 0, resend_s > 0, chunk_bytes >= 1; got "
                              f"{interval_s}, {resend_s}, {chunk_bytes}")
+        super().__init__("parameter publisher")
+        self.metrics = metrics
         self.store, self.policies = store, list(policies)
         self._context, self.host, self._curve = context, host, curve
         self.interval_s, self.resend_s, self.chunk_bytes = interval_s, resend_s, chunk_bytes
         self._actor_runs = actor_runs
         self.stream = random.getrandbits(62)
-        self.address: str | None = None
         self.sent: dict[str, tuple[int, float]] = {}
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
         self._sock: zmq.Socket | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> str:
         """Bind the socket, start the thread; returns the address."""
-        sock = (self._context or zmq.Context.instance()).socket(zmq.PUB)
-        sock.setsockopt(zmq.LINGER, 0)
         # Queue (per subscriber) up to ~3 versions of the current size, so a subscriber
         # that is briefly slow gets whole versions rather than holes.
         chunks = 1
@@ -182,18 +185,18 @@ class ParamPublisher:
                 chunks = max(chunks, math.ceil(sum(x.nbytes for x in leaves) / self.chunk_bytes))
             except KeyError:
                 pass
-        sock.setsockopt(zmq.SNDHWM, max(64, 3 * chunks + 16))
-        if self._curve is not None:
-            security.make_server(sock, *self._curve)
-        port = sock.bind_to_random_port(f"tcp://{self.host}")
-        self.address = f"tcp://{security.connect_host(self.host)}:{port}"
+        sock = open_socket(self._context, zmq.PUB, send_hwm=max(64, 3 * chunks + 16),
+                           curve_server=self._curve)
+        self.address = bind(sock, self.host)
         self._sock = sock
-        self._thread = threading.Thread(target=self._run, name="param-publisher", daemon=True)
+        self.ready.set()
+        self.start_serving()
+        self._thread = threading.Thread(target=self.run, name="param-publisher", daemon=True)
         self._thread.start()
         return self.address
 
     def close(self) -> None:
-        self._stop.set()
+        self.stop.set()
         if self._thread is not None:
             self._thread.join(10)
         if self._sock is not None and (self._thread is None or not self._thread.is_alive()):
@@ -201,35 +204,35 @@ class ParamPublisher:
 
     def _run(self) -> None:
         runs_sent: tuple[Any, float] = (None, -math.inf)
-        try:
-            while not self._stop.is_set():
-                seen = {p: self.sent.get(p, (-1, 0.0))[0] for p in self.policies}
-                self.store.wait_changed(seen, timeout=0.05)
-                now = time.monotonic()
-                for p in self.policies:
-                    try:
-                        latest = self.store.get(p)
-                    except KeyError:
-                        continue
-                    version, at = self.sent.get(p, (None, -math.inf))
-                    new = latest.version != version and now - at >= self.interval_s
-                    if new or now - at >= self.resend_s:
-                        self._send(p, latest.version, latest.params)
-                        self.sent[p] = (latest.version, now)
-                if self._actor_runs is not None:
-                    runs = sorted((int(a), int(r)) for a, r in dict(self._actor_runs()).items())
-                    if runs != runs_sent[0] or now - runs_sent[1] >= self.resend_s:
-                        self._sock.send_multipart(
-                            [ACTORS_TOPIC] + wire.encode("actor_runs", {}, {"runs": runs}))
-                        runs_sent = (runs, now)
-        except BaseException as exc:  # surfaced by the owner (the launcher names it)
-            self.error = exc
-            log.exception("parameter publisher stopped")
+        while not self.stop.is_set():
+            self.beat()
+            seen = {p: self.sent.get(p, (-1, 0.0))[0] for p in self.policies}
+            self.store.wait_changed(seen, timeout=0.05)
+            now = time.monotonic()
+            for p in self.policies:
+                try:
+                    latest = self.store.get(p)
+                except KeyError:
+                    continue
+                version, at = self.sent.get(p, (None, -math.inf))
+                new = latest.version != version and now - at >= self.interval_s
+                if new or now - at >= self.resend_s:
+                    self._send(p, latest.version, latest.params)
+                    self.sent[p] = (latest.version, now)
+            if self._actor_runs is not None:
+                runs = sorted((int(a), int(r)) for a, r in dict(self._actor_runs()).items())
+                if runs != runs_sent[0] or now - runs_sent[1] >= self.resend_s:
+                    self._sock.send_multipart(
+                        [ACTORS_TOPIC] + wire.encode("actor_runs", {}, {"runs": runs}))
+                    runs_sent = (runs, now)
 
     def _send(self, policy: str, version: int, params: Any) -> None:
+        t0 = time.perf_counter()
         host = jax.device_get(params)
         for frames in encode_chunks(policy, version, host, self.stream, self.chunk_bytes):
             self._sock.send_multipart(frames, copy=False)
+        if self.metrics is not None:
+            self.metrics.add_means({"param_stream/publish_ms": 1e3 * (time.perf_counter() - t0)})
 
 
 class _Assembly:
@@ -242,7 +245,7 @@ class _Assembly:
         self.leaves: list | None = None
 
 
-class ParamSubscriber:
+class ParamSubscriber(Worker):
     """Server-process side: rebuilds ``policy``'s parameters and publishes them locally.
 
     Args:
@@ -263,13 +266,19 @@ class ParamSubscriber:
       dropped: ``Counter`` of dropped messages or versions by reason (``malformed``,
         ``old_version``, ``incomplete``, ``mismatch``, ``checksum``).
       last_drop: reason and detail of the newest drop (``""``: none).
-      error: an unexpected exception that stopped the thread (never input), or ``None``.
+      error: an unexpected exception that stopped the thread (never input; also
+        logged), or ``None``.
+      ready: set once the SUB socket is connected.
     """
+
+    reraise = False
+    log = log
 
     def __init__(self, address: str, policy: str, template: Any, store: ParameterStore,
                  put: Callable[[Any], Any] = jax.device_put, context: zmq.Context | None = None,
                  curve: tuple | None = None, on_actor_runs: Callable[[dict], None] | None = None,
                  max_pending: int = 2):
+        super().__init__("parameter subscriber")
         self.address, self.policy, self.store, self._put = address, policy, store, put
         self._context, self._curve, self._on_actor_runs = context, curve, on_actor_runs
         self._specs, self._treedef = leaf_specs(template)
@@ -280,9 +289,6 @@ class ParamSubscriber:
         self.last_drop = ""  # reason and detail of the newest drop
         self._pending: dict[tuple, _Assembly] = {}
         self._drop_log = DropLog(log, "parameter message")
-        self.error: BaseException | None = None
-        self.stop = threading.Event()
-        self.ready = threading.Event()  # set once the SUB socket is connected
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -295,33 +301,26 @@ class ParamSubscriber:
         if self._thread is not None:
             self._thread.join(10)
 
-    def run(self) -> None:
-        """Receive until ``stop`` is set."""
-        try:
-            sock = (self._context or zmq.Context.instance()).socket(zmq.SUB)
-            sock.setsockopt(zmq.LINGER, 0)
+    def _run(self) -> None:
+        """Receive until ``stop`` is set (``run()`` calls this; errors end up in ``error``)."""
+        topics = [topic(self.policy)] + ([ACTORS_TOPIC] if self._on_actor_runs is not None else [])
+        sock = open_socket(
+            self._context, zmq.SUB,
             # Room for ~3 versions: more means this thread fell behind (then chunks drop).
-            sock.setsockopt(zmq.RCVHWM, max(64, 3 * math.ceil(self._nbytes / CHUNK_BYTES) + 16))
+            recv_hwm=max(64, 3 * math.ceil(self._nbytes / CHUNK_BYTES) + 16),
             # Larger frames than a whole version cannot be valid: disconnect the peer.
-            sock.setsockopt(zmq.MAXMSGSIZE, max(wire.MAX_HEADER_BYTES, self._nbytes))
-            if self._curve is not None:
-                from jaxsrl.streams.security import make_client  # noqa: PLC0415
-                make_client(sock, *self._curve)
-            sock.setsockopt(zmq.SUBSCRIBE, topic(self.policy))
-            if self._on_actor_runs is not None:
-                sock.setsockopt(zmq.SUBSCRIBE, ACTORS_TOPIC)
+            max_frame_bytes=max(wire.MAX_HEADER_BYTES, self._nbytes),
+            curve_client=self._curve, subscribe=topics)
+        try:
             sock.connect(self.address)
             self.ready.set()
-            try:
-                while not self.stop.is_set():
-                    if sock.poll(100):
-                        self.handle(sock.recv_multipart(copy=False))
-            finally:
-                sock.close()
-        except BaseException as exc:
-            self.error = exc
-            self.ready.set()
-            log.exception("parameter subscriber stopped")
+            self.start_serving()
+            while not self.stop.is_set():
+                self.beat()
+                if sock.poll(100):
+                    self.handle(sock.recv_multipart(copy=False))
+        finally:
+            sock.close()
 
     def handle(self, frames: Sequence) -> bool:
         """Take one received message (topic frame first); returns whether a new version

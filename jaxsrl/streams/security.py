@@ -22,6 +22,9 @@ import zmq
 #: environment variables carrying an actor's CURVE keypair (z85 text).
 ENV_CLIENT_PUBLIC = "JAXSRL_CURVE_CLIENT_PUBLIC"
 ENV_CLIENT_SECRET = "JAXSRL_CURVE_CLIENT_SECRET"
+#: environment variables carrying the run's CURVE server keypair to a remote server.
+ENV_SERVER_PUBLIC = "JAXSRL_CURVE_SERVER_PUBLIC"
+ENV_SERVER_SECRET = "JAXSRL_CURVE_SERVER_SECRET"
 
 LOOPBACK = "127.0.0.1"
 
