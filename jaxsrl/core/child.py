@@ -8,6 +8,7 @@ No JAX here: actors import this.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -41,7 +42,6 @@ def die_with_parent(parent_pid) -> None:
     if parent_pid is None:
         return
     try:
-        import ctypes  # noqa: PLC0415
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass

@@ -10,7 +10,8 @@ learner's losses (averaged over the interval's updates).
 
 Per-stage timers (milliseconds; like Cleanba's queue get/put times) come with them:
 ``learner/update_ms`` (one update: batch to device, ``learn``, publish),
-``learner/batch_wait_ms`` (the learner waiting for its next batch to fill),
+``learner/batch_wait_ms`` (the learner waiting for its next batch to fill; with
+several learner processes, the lockstep gate too),
 ``learner/publish_ms`` (handing new parameters to the co-located servers),
 ``param_stream/publish_ms`` (a version copied to host and sent to remote servers),
 and ``inference/latency_ms_p50`` / ``_p99`` (a batch of requests, from noticing the
@@ -31,6 +32,9 @@ import sys
 import threading
 import time
 from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jaxsrl.experiment.run_dir import RunDir
 
@@ -384,9 +388,6 @@ class ProgressBar:
     """
 
     def __init__(self, total: int | None, title: str, console: Any = None):
-        from rich.console import Console  # noqa: PLC0415
-        from rich.progress import (BarColumn, Progress, TextColumn,  # noqa: PLC0415
-                                   TimeElapsedColumn)
         self.total = total
         self._fps: float | None = None
         self._console = console or Console(stderr=True)

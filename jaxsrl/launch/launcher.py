@@ -436,7 +436,7 @@ def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actor
                 tried = {x for s in a.spec["streams"]
                          for x in s.get("inference_addresses") or [s["inference_address"]]}
                 waited = [(w.serving.is_set(), w.heartbeat) for w in workers
-                          if getattr(w, "address", None) in tried]
+                          if w.address in tried]
                 waited += [pair for w in workers if isinstance(w, RemoteInferenceServers)
                            for pair in w.liveness(tried)]
                 if not (waited and all(serving and mono - beat < cfg.actor_timeout_s / 2

@@ -18,6 +18,7 @@ import dataclasses
 import os
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 #: environment variables carrying an actor's CURVE keypair (z85 text).
 ENV_CLIENT_PUBLIC = "JAXSRL_CURVE_CLIENT_PUBLIC"
@@ -95,8 +96,6 @@ def start_authenticator(context: zmq.Context, allowed_public_keys):
     Returns the ``ThreadAuthenticator``; call ``.stop()`` when the run ends. Only one
     may run per context, so a run that uses CURVE should use its own context.
     """
-    from zmq.auth.thread import ThreadAuthenticator  # noqa: PLC0415
-
     auth = ThreadAuthenticator(context)
     auth.start()
     auth.configure_curve_callback("*", credentials_provider=_AllowList(allowed_public_keys))

@@ -31,13 +31,16 @@ import warnings
 from typing import Any, Callable
 
 import gymnasium
+import imageio.v2 as imageio
 import jax
 import numpy as np
 
 from agents import get_agent
 from jaxsrl.core.agent import Agent, AgentFns
-from jaxsrl.envs import is_multi_agent
+from jaxsrl.envs import is_multi_agent, make_env
 from jaxsrl.experiment.agent_build import agent_factory
+from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
 from jaxsrl.experiment.run_dir import RunDir
 
 log = logging.getLogger("jaxsrl.tools.evaluation")
@@ -113,7 +116,6 @@ def read_config(path: str) -> dict:
 def team_policies(config: dict) -> dict:
     """``team -> policy`` for the first actor group of the run's dataflow (``None``:
     every agent)."""
-    from jaxsrl.experiment.dataflow import Dataflow, default_dataflow  # noqa: PLC0415
     flow = (Dataflow.from_dict(config["dataflow"]) if config.get("dataflow")
             else default_dataflow(int(config.get("num_actors", 1))))
     learner = {t.sample_stream: t.policy for t in flow.trainers}
@@ -132,7 +134,6 @@ def restore_params(policy_dir: str, fns: AgentFns, step: int | None = None) -> P
     Raises:
       FileNotFoundError: no such folder, or no checkpoint in it.
     """
-    from jaxsrl.experiment.checkpoint import Checkpointer  # noqa: PLC0415 (imports Orbax)
     if not os.path.isdir(policy_dir):
         raise FileNotFoundError(f"no checkpoint folder {policy_dir}")
     like = {"agent": fns.init(jax.random.PRNGKey(0)), "rng": jax.random.PRNGKey(0)}
@@ -267,8 +268,8 @@ def make_eval_env(config: dict, render: bool) -> Any:
     if render:  # pygame-based renderers (classic control) must not look for a display
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-    from jaxsrl.envs import make_env  # noqa: PLC0415  (Atari: the training preprocessing, full games)
-    return make_env(env_id, env_kwargs, render_mode="rgb_array" if render else None)
+    return make_env(  # Atari: the training preprocessing, full games
+        env_id, env_kwargs, render_mode="rgb_array" if render else None)
 
 
 class _Policy:
@@ -433,7 +434,6 @@ def write_video(path: str, frames: list, fps: float) -> str:
     An ``.mp4`` without ``imageio-ffmpeg`` installed is written as a ``.gif`` beside
     it instead (with a warning). Returns the path actually written.
     """
-    import imageio.v2 as imageio  # noqa: PLC0415
     frames = [np.asarray(f, np.uint8) for f in frames if f is not None]
     if not frames:
         raise ValueError("no frames to write (does the env render rgb_array frames?)")

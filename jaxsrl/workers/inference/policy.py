@@ -29,7 +29,7 @@ import zmq
 from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.streams import wire
-from jaxsrl.streams.admission import ActorTable, DropLog, StaleRunError, message_ids
+from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, message_ids
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.sockets import bind, open_socket
@@ -191,10 +191,8 @@ class PolicyWorker(Worker):
                         continue
                     identity, meta, arrays, n = parsed
                 except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
-                    self._drop_log(self.name, exc if isinstance(exc, wire.WireError)
-                                   else f"{type(exc).__name__}: {exc}")
-                    self.metrics.count("stale_run_requests_dropped" if isinstance(exc, StaleRunError)
-                                       else "dropped_requests")
+                    drop_input(self._drop_log, self.name, exc, self.metrics, "dropped_requests",
+                               "stale_run_requests_dropped")
                     continue
                 if rows + n > self.max_rows:  # answer it in the next call
                     self._answer(sock, batch, rows)

@@ -45,7 +45,7 @@ from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.streams import wire
-from jaxsrl.streams.admission import ActorTable, DropLog, StaleRunError, nonfinite_arrays
+from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, nonfinite_arrays
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.segment import segment_schema, to_trajectory
@@ -240,10 +240,8 @@ class TrainerWorker(Worker):
         try:
             msg = self._validate(frames)
         except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep learning)
-            self._drop_log(self.name, exc if isinstance(exc, wire.WireError)
-                           else f"{type(exc).__name__}: {exc}")
-            self.metrics.count("stale_run_segments_dropped" if isinstance(exc, StaleRunError)
-                               else "dropped_segments")
+            drop_input(self._drop_log, self.name, exc, self.metrics, "dropped_segments",
+                       "stale_run_segments_dropped")
             return
         meta = msg.meta
         bad = nonfinite_arrays(msg.arrays, self._float_names)
