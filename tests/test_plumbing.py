@@ -301,3 +301,23 @@ def test_start_thread_name_and_daemon():
     finally:
         w.stop.set()
         thread.join(20)
+
+
+def test_an_actor_process_loads_no_jax():
+    """An actor built in a fresh interpreter (its modules, sockets and environments)
+    has no ``jax``/``jaxlib`` module loaded."""
+    import subprocess  # noqa: PLC0415
+
+    from jaxsrl.core.paths import REPO_ROOT  # noqa: PLC0415
+
+    code = textwrap.dedent(f'''
+        import json, sys
+        from jaxsrl.workers.actor.worker import Actor, main
+        actor = Actor(json.loads({json.dumps(json.dumps(_spec()))}))
+        actor.close()
+        print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib"))))
+    ''')
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

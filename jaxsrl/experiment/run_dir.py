@@ -7,9 +7,11 @@ Layout (:class:`RunDir`)::
     LOGDIR/checkpoints/<policy>/<step>/   Orbax checkpoints of each policy
     LOGDIR/errors/<worker>.txt            a failed worker process's error
     LOGDIR/eval/v<version>.json           periodic evaluations (``--eval_every``)
+    LOGDIR/events.out.tfevents.*          TensorBoard; LOGDIR/wandb_run_id: the W&B run
     LOGDIR/.jaxsrl.lock                   held while a run uses the folder
 
-A run folder belongs to one run: claimed, locked, never mixed. :func:`claim` is called by :func:`jaxsrl.launch.launcher.train` before anything is written:
+A run folder belongs to one run: claimed, locked, never mixed. :func:`claim` is called
+by :func:`jaxsrl.launch.launcher.train` before anything is written:
 
 * it takes an exclusive lock on ``LOGDIR/.jaxsrl.lock`` (the ``filelock`` library:
   ``flock``, released by the operating system when the process dies, so a killed run
@@ -64,6 +66,15 @@ class RunDir:
     def eval_path(self) -> str:
         """Folder of the periodic evaluations' summaries."""
         return os.path.join(self.path, "eval")
+
+    def eval_file(self, version: int) -> str:
+        """Summary of the periodic evaluation of policy version ``version``."""
+        return os.path.join(self.eval_path, f"v{int(version)}.json")
+
+    @property
+    def wandb_id_path(self) -> str:
+        """Where the W&B run id is kept (``--resume`` continues that W&B run)."""
+        return os.path.join(self.path, "wandb_run_id")
 
     def checkpoint_dir(self, policy: str) -> str:
         """Folder of ``policy``'s checkpoints (one sub-folder per step)."""

@@ -56,7 +56,7 @@ from jaxsrl.parallel import devices
 from jaxsrl.parallel.compile_cache import enable_compilation_cache
 from jaxsrl.streams import security, wire
 from jaxsrl.streams.admission import ActorTable
-from jaxsrl.streams.param_stream import ParamSubscriber
+from jaxsrl.streams.param_subscriber import ParamSubscriber
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.security import ENV_SERVER_PUBLIC, ENV_SERVER_SECRET
 from jaxsrl.streams.sockets import open_socket

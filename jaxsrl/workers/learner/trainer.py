@@ -166,9 +166,9 @@ class TrainerWorker(Worker):
 
     def _run(self) -> None:
         """Learn until ``stop`` is set (``run()`` calls this; exceptions end up in ``error``)."""
-        sock = open_socket(self._context, zmq.PULL, recv_hwm=4,  # small queue: backpressure bounds staleness
-                           max_frame_bytes=self.max_frame_bytes,  # bigger frames: disconnect
-                           curve_server=self._curve)
+        # A small queue: backpressure bounds staleness. Bigger frames: disconnect.
+        sock = open_socket(self._context, zmq.PULL, recv_hwm=4,
+                           max_frame_bytes=self.max_frame_bytes, curve_server=self._curve)
         try:
             self.address = bind(sock, self.host)
             self.ready.set()  # actors may connect while we compile
