@@ -95,6 +95,11 @@ def summarize(records: list[dict], warmup_intervals: int) -> dict:
         "interval_fps_max": max(fps),
         "updates_per_s": (e.get("policy_version", 0) - s.get("policy_version", 0)) / dt,
         "batch_rows_mean": _mean([r.get("inference/batch_rows") for r in window]),
+        # per-stage timers (ms), means over the measured intervals
+        "learner_update_ms": _mean([r.get("learner/update_ms") for r in window]),
+        "learner_batch_wait_ms": _mean([r.get("learner/batch_wait_ms") for r in window]),
+        "inference_latency_ms_p50": _mean([r.get("inference/latency_ms_p50") for r in window]),
+        "inference_latency_ms_p99": _mean([r.get("inference/latency_ms_p99") for r in window]),
         "staleness_mean": _mean([r.get("staleness_mean") for r in window]),
         "actor_wait_fraction": _mean([wait_fraction(r) for r in window]),
         "episode_return_mean_last": e.get("episode_return_mean"),

@@ -70,6 +70,10 @@ def _all_finite(tree) -> jax.Array:
 class TrainerWorker(Worker):
     """Learner thread of one policy (lifecycle: :class:`~jaxsrl.core.worker.Worker`).
 
+    Metrics per update: the agent's ``learn`` metrics, ``staleness_mean``/``_max`` and
+    the per-stage timers ``learner/update_ms``, ``learner/batch_wait_ms`` and
+    ``learner/publish_ms`` (see :mod:`jaxsrl.experiment.metrics`).
+
     Args:
       name: worker name (logs, errors).
       policy: policy name under which parameters are published.
