@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from jaxsrl.experiment.run_dir import RunDir
+
 #: what every benchmark run overrides (and why): no early stop, so the parent decides
 #: when to stop; no periodic checkpoint inside the measured window.
 BASE_OVERRIDES = {"target_return": None, "checkpoint_interval_s": 1e9, "resume": False,
@@ -58,19 +60,11 @@ def child_main(payload: dict) -> int:
 
 
 def read_records(logdir: str) -> list[dict]:
-    path = os.path.join(logdir, "metrics.jsonl")
-    if not os.path.exists(path):
+    """The interval records of a run's ``metrics.jsonl`` so far (not the closing one)."""
+    try:
+        return RunDir(logdir).read_metrics(final=False)
+    except FileNotFoundError:
         return []
-    out = []
-    with open(path) as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:  # a line being written
-                break
-            if not record.get("final"):  # the closing line has counters only, no rates
-                out.append(record)
-    return out
 
 
 def _mean(values):
@@ -101,6 +95,11 @@ def summarize(records: list[dict], warmup_intervals: int) -> dict:
         "interval_fps_max": max(fps),
         "updates_per_s": (e.get("policy_version", 0) - s.get("policy_version", 0)) / dt,
         "batch_rows_mean": _mean([r.get("inference/batch_rows") for r in window]),
+        # per-stage timers (ms), means over the measured intervals
+        "learner_update_ms": _mean([r.get("learner/update_ms") for r in window]),
+        "learner_batch_wait_ms": _mean([r.get("learner/batch_wait_ms") for r in window]),
+        "inference_latency_ms_p50": _mean([r.get("inference/latency_ms_p50") for r in window]),
+        "inference_latency_ms_p99": _mean([r.get("inference/latency_ms_p99") for r in window]),
         "staleness_mean": _mean([r.get("staleness_mean") for r in window]),
         "actor_wait_fraction": _mean([wait_fraction(r) for r in window]),
         "episode_return_mean_last": e.get("episode_return_mean"),
@@ -164,12 +163,7 @@ def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, me
         raise RuntimeError(f"{exc} ({stopped_early or 'stopped'}); last log lines:\n{tail}") from None
     if stopped_early:
         out["note"] = stopped_early
-    resolved = {}
-    try:
-        with open(os.path.join(run_dir, "config.json")) as f:
-            resolved = json.load(f)
-    except (OSError, json.JSONDecodeError):
-        pass
+    resolved = RunDir(run_dir).config_or_empty()
     flow = resolved.get("dataflow") or {}
     out["num_actors"] = (sum(int(a.get("count", 0)) for a in flow.get("actors", []))
                          if flow else resolved.get("num_actors", overrides.get("num_actors")))

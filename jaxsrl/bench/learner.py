@@ -17,11 +17,9 @@ import numpy as np
 
 def synthetic_batch(observation_space, action_space, T: int, B: int, fns, seed: int = 0):
     """A host ``Trajectory`` of ``B`` random segments of ``T`` steps."""
-    from jaxsrl.core.agent import Trajectory  # noqa: PLC0415
     from jaxsrl.bench.raw_env import random_actions  # noqa: PLC0415
-    from jaxsrl.streams.spaces import space_leaves, unflatten_obs  # noqa: PLC0415
     from jaxsrl.streams.carry import CarryCodec  # noqa: PLC0415
-    from jaxsrl.workers.learner.trainer import segment_schema  # noqa: PLC0415
+    from jaxsrl.streams.segment import segment_schema, to_trajectory  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
     carry = CarryCodec(fns.initial_carry)
@@ -36,14 +34,7 @@ def synthetic_batch(observation_space, action_space, T: int, B: int, fns, seed: 
     host["action"] = random_actions(action_space, B * T, rng).reshape(host["action"].shape)
     host["terminated"] = rng.random((B, T)) < 0.02
     host["logp"] = np.full((B, T), -0.7, np.float32)
-    obs_names = list(space_leaves(observation_space))
-    return Trajectory(
-        obs=unflatten_obs({k: host[k] for k in obs_names}),
-        action=host["action"], reward=host["reward"], terminated=host["terminated"],
-        truncated=host["truncated"],
-        final_obs=unflatten_obs({k: host["final_" + k] for k in obs_names}),
-        behaviour_logp=host["logp"], policy_version=host["version"],
-        carry=carry.to_tree(host))
+    return to_trajectory(host, observation_space, carry)
 
 
 def measure(cfg, duration_s: float, built=None, min_calls: int = 3) -> dict:

@@ -26,7 +26,7 @@ def random_actions(space, rows: int, rng: np.random.Generator) -> np.ndarray:
     if hasattr(space, "nvec"):  # MultiDiscrete
         return rng.integers(0, np.asarray(space.nvec), size=(rows,) + shape).astype(dtype)
     if hasattr(space, "n"):  # Discrete
-        start = int(getattr(space, "start", 0))
+        start = int(space.start)
         return rng.integers(start, start + int(space.n), size=(rows,)).astype(dtype)
     low = np.nan_to_num(np.asarray(space.low, np.float64), neginf=-1.0, posinf=1.0)
     high = np.nan_to_num(np.asarray(space.high, np.float64), neginf=-1.0, posinf=1.0)
@@ -54,7 +54,7 @@ def child_main(spec: dict) -> int:
     groups = [make_actor_env(spec["env"], n, int(spec["seed"]) + n * g, spec.get("env_kwargs"))
               for g in range(ring)]
     rng = np.random.default_rng(int(spec["seed"]))
-    frames_per_step = [int(getattr(e, "num_envs", e.num_rows)) for e in groups]
+    frames_per_step = [e.num_envs for e in groups]
     for env in groups:
         env.reset()
     print(json.dumps({"ready": True}), flush=True)

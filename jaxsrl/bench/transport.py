@@ -18,16 +18,14 @@ import numpy as np
 import zmq
 
 from jaxsrl.streams import wire
+from jaxsrl.streams.sockets import bind, open_socket
 
 
 def serve(spec: dict) -> int:
     """Echo server: bind, print the address, echo until SIGTERM or the parent exits."""
     parent = os.getppid()
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, 0)
-    port = sock.bind_to_random_port(f"tcp://{spec.get('host', '127.0.0.1')}")
-    print(json.dumps({"address": f"tcp://{spec.get('host', '127.0.0.1')}:{port}"}), flush=True)
+    sock = open_socket(None, zmq.ROUTER)
+    print(json.dumps({"address": bind(sock, spec.get("host", "127.0.0.1"))}), flush=True)
     while os.getppid() == parent:
         if sock.poll(200):
             sock.send_multipart(sock.recv_multipart(copy=False), copy=False)
@@ -63,8 +61,7 @@ def measure(obs: dict, duration_s: float, in_flight: int = 1, host: str = "127.0
     sock = None
     try:
         address = procs.read_json_line(server, "echo server")["address"]
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
+        sock = open_socket(None, zmq.DEALER)
         sock.connect(address)
         request_bytes = sum(len(memoryview(f)) for f in wire.encode("act", obs, {"group": 0}))
         sent_at: dict[int, float] = {}

@@ -26,6 +26,7 @@ import tyro
 
 from jaxsrl.experiment import config_layers as layers
 from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
+from jaxsrl.experiment.run_dir import RunDir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,7 +337,7 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
         known_keys = {f.name for f in dataclasses.fields(cls)} - {"agent", "env", "logdir", "resume",
                                                                     "overwrite"}
         fields = {k: v for k, v in saved.items() if k in known_keys}  # older/newer keys: skipped
-        cfg = layers.apply_table(cfg, fields, os.path.join(known.logdir, "config.json"))
+        cfg = layers.apply_table(cfg, fields, RunDir(known.logdir).config_path)
     elif os.path.exists(layers.config_file_for(known.env)):
         cfg = layers.apply_file(cfg, layers.config_file_for(known.env))
     for path in known.config:
@@ -355,17 +356,13 @@ def _saved_config(logdir: str) -> dict | None:
     Raises:
       ValueError: the file exists but is not a JSON object.
     """
-    path = os.path.join(logdir, "config.json") if logdir else ""
-    if not path or not os.path.exists(path):
+    run = RunDir(logdir) if logdir else None
+    if run is None or not os.path.exists(run.config_path):
         return None
     try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"--resume: cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"--resume: {path} is not a JSON object")
-    return data
+        return run.read_config()
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--resume: {exc}") from None
 
 
 def to_dict(cfg: Any) -> dict:

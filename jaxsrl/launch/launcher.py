@@ -25,7 +25,6 @@ stops the run with an error naming it.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -36,14 +35,17 @@ from typing import Any
 import jax
 import zmq
 
+from jaxsrl.core.child import read_error
 from jaxsrl.experiment import config as config_lib
 from jaxsrl.parallel import devices
 from jaxsrl.parallel import distributed
 from jaxsrl.experiment import run_dir as run_folder
+from jaxsrl.experiment.agent_build import factory_of_run
+from jaxsrl.experiment.run_dir import RunDir
+from jaxsrl.parallel.compile_cache import enable_compilation_cache
 from jaxsrl.streams import security
-from jaxsrl.core.agent import EnvSpec
 from jaxsrl.experiment.checkpoint import Checkpointer
-from jaxsrl.envs import env_has_idle_rows, env_spaces, env_teams
+from jaxsrl.envs import env_has_idle_rows
 from jaxsrl.streams.spaces import action_leaf, space_leaves
 from jaxsrl.experiment.metrics import Clock, MetricsAccumulator, MetricsWriter, PolicyMetrics, console_line
 from jaxsrl.streams.params import ParameterStore
@@ -66,16 +68,9 @@ class ComponentDied(RuntimeError):
     """A worker of the run died; the message names it."""
 
 
-def _has_checkpoint(logdir: str) -> bool:
-    root = os.path.join(logdir, "checkpoints")
-    return os.path.isdir(root) and any(
-        name.isdigit() for policy in os.listdir(root) if os.path.isdir(os.path.join(root, policy))
-        for name in os.listdir(os.path.join(root, policy)))
-
-
 def default_logdir(cfg) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    agent = getattr(cfg, "agent_field", "") or cfg.agent  # a module:OBJ agent: its name
+    agent = cfg.agent_field or cfg.agent  # a module:OBJ agent: its name
     return os.path.join("runs", f"{cfg.env.replace('/', '_').replace(':', '_')}-{agent}-{stamp}")
 
 
@@ -125,8 +120,8 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     """
     cfg.validate()
     logdir = cfg.logdir or default_logdir(cfg)
-    if cfg.resume and not _has_checkpoint(logdir):
-        raise FileNotFoundError(f"--resume: no checkpoint under {os.path.join(logdir, 'checkpoints')} "
+    if cfg.resume and not RunDir(logdir).has_checkpoint():
+        raise FileNotFoundError(f"--resume: no checkpoint under {RunDir(logdir).checkpoints_path} "
                                 "(give the --logdir of a run that saved one)")
     created = not os.path.isdir(logdir)
     lock = run_folder.claim(logdir, cfg.resume, cfg.overwrite)  # until the run has ended
@@ -143,9 +138,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     spawner = spawner or local_spawner  # hand it to every ChildProcess this run creates
     clock = Clock()
     flow = cfg.get_dataflow()
-    if cfg.compilation_cache_dir:
-        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cfg.compilation_cache_dir))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    enable_compilation_cache(cfg.compilation_cache_dir)
     if not security.is_loopback(cfg.host) and not cfg.curve:
         log.warning("servers bind %s without --curve: streams are unauthenticated plaintext "
                     "(anyone who can reach this host can send samples)", cfg.host)
@@ -156,16 +149,13 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     if cfg.batch_segments % n_dev:
         raise ValueError(f"batch_segments={cfg.batch_segments} is not divisible by the "
                          f"{n_dev} local devices")
-    from agents import get_agent  # noqa: PLC0415
-    agent = get_agent(cfg.agent)
-    obs_space, action_space = env_spaces(cfg.env, cfg.env_kwargs)
+    factory = factory_of_run(cfg)
+    obs_space, action_space = factory.env.observation_space, factory.env.action_space
     space_leaves(obs_space)  # ValueError naming an unsupported space, before anything starts
     action_leaf(action_space)
-    spec = EnvSpec(obs_space, action_space)
-    os.makedirs(logdir, exist_ok=True)
-    with open(os.path.join(logdir, "config.json"), "w") as f:
-        json.dump(config_lib.to_dict(cfg) | {"logdir": logdir}, f, indent=2)
-    teams = env_teams(cfg.env, cfg.env_kwargs)  # team of each agent of one environment
+    run_dir = RunDir(logdir)
+    run_dir.write_config(config_lib.to_dict(cfg) | {"logdir": logdir})
+    teams = factory.env.teams  # team of each agent of one environment
 
     def rows_per_env(team) -> int:
         return len(teams) if team is None else sum(t == team for t in teams)
@@ -176,7 +166,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     # Learning-rate schedules are planned per policy: each trainer's learn follows its
     # own number of updates (a policy fed more rows per env frame updates more often).
     updates = planned_updates(cfg, flow, teams)
-    fns_of = {t.name: agent.make(cfg.agent_config(), spec, updates[t.name]) for t in flow.trainers}
+    fns_of = {t.name: factory.make(updates[t.name]) for t in flow.trainers}
     fns = fns_of[flow.trainers[0].name]  # act and initial_carry do not depend on the plan
     act = (distributed.jit_act_local if learners else devices.jit_act)(fns.act, mesh)
 
@@ -206,7 +196,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
 
         for i, t in enumerate(flow.trainers):
             ckpt = (distributed.PrimaryCheckpointer if learners else Checkpointer)(
-                os.path.join(logdir, "checkpoints", t.policy), cfg.keep_checkpoints)
+                run_dir.checkpoint_dir(t.policy), cfg.keep_checkpoints)
             checkpointers.append(ckpt)
             rng = jax.random.PRNGKey(cfg.seed + 1000 * i)
             rng, init_key = jax.random.split(rng)
@@ -281,7 +271,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
                             "sample_address": learners.sample_address(idx, trainers[sample].address)
                             if learners else trainers[sample].address}
                            for team, inference, sample in a.bindings()]
-                error_file = os.path.join(logdir, "errors", f"actor{idx}.txt")
+                error_file = run_dir.error_file(f"actor{idx}")
                 if os.path.exists(error_file):
                     os.remove(error_file)
                 spec_ = {"actor_id": idx, "env": cfg.env, "env_kwargs": cfg.env_kwargs or {},
@@ -369,7 +359,7 @@ def planned_updates(cfg: Any, flow: Any, teams: list) -> dict:
     Args:
       cfg: the run config.
       flow: its :class:`~jaxsrl.experiment.dataflow.Dataflow`.
-      teams: team of each agent of one environment (``jaxsrl.envs.env_teams``).
+      teams: team of each agent of one environment (``jaxsrl.envs.EnvInfo.teams``).
 
     Returns:
       ``{trainer name: planned updates}`` (at least 1 each).
@@ -446,7 +436,7 @@ def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actor
                 tried = {x for s in a.spec["streams"]
                          for x in s.get("inference_addresses") or [s["inference_address"]]}
                 waited = [(w.serving.is_set(), w.heartbeat) for w in workers
-                          if getattr(w, "address", None) in tried]
+                          if w.address in tried]
                 waited += [pair for w in workers if isinstance(w, RemoteInferenceServers)
                            for pair in w.liveness(tried)]
                 if not (waited and all(serving and mono - beat < cfg.actor_timeout_s / 2
@@ -461,7 +451,7 @@ def _control_loop(cfg, clock, metrics, writer, workers, threads, trainers, actor
                 raise ComponentDied(f"{a.name} timed out waiting for its learner "
                                     f"({', '.join(addresses)}) to take samples")
             reason = reason or ("hung" if hung else _exit_reason(code))
-            error = _read_error(a.spec.get("error_file")) if code == EXIT_ENV_ERROR else ""
+            error = read_error(a.spec.get("error_file")) if code == EXIT_ENV_ERROR else ""
             if restarts >= cfg.max_actor_restarts:
                 what = ("its environment keeps failing" if code == EXIT_ENV_ERROR
                         else f"it stopped ({reason})")
@@ -539,12 +529,3 @@ def _heard_since_start(actor, table) -> bool:
     """Some message of the actor's current run reached a server (the table records the
     registration time at ``start``, just before ``started_at``)."""
     return (table.last_seen(actor.spec["actor_id"]) or 0.0) > actor.started_at
-
-
-def _read_error(path: str | None) -> str:
-    """Last line of an actor's error summary (the exception), or ``""``."""
-    if not path or not os.path.exists(path):
-        return ""
-    with open(path, errors="replace") as f:
-        first = f.readline().strip()
-    return first[:500]

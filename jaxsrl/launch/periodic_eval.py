@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from jaxsrl.core.paths import REPO_ROOT
+from jaxsrl.experiment.run_dir import RunDir
 
 log = logging.getLogger("jaxsrl.eval")
 
@@ -34,7 +35,7 @@ class PeriodicEvaluator:
         self.next_version = every
         self.proc: subprocess.Popen | None = None
         self.pending_version: int | None = None  # waiting for this checkpoint
-        self._out = os.path.join(logdir, "eval")
+        self._run_dir = RunDir(logdir)
 
     def due(self, version: int) -> bool:
         """True when a checkpoint for an evaluation should be requested now."""
@@ -48,8 +49,8 @@ class PeriodicEvaluator:
         """Start the evaluation once the checkpoint exists; return a finished one's metrics."""
         if self.pending_version is not None and saved_version is not None \
                 and saved_version >= self.pending_version:
-            os.makedirs(self._out, exist_ok=True)
-            path = os.path.join(self._out, f"v{saved_version}.json")
+            path = self._run_dir.eval_file(saved_version)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             cmd = [sys.executable, os.path.join(REPO_ROOT, "scripts", "evaluate.py"),
                    "--logdir", self.logdir, "--episodes", str(self.episodes), "--json", path]
             env = dict(os.environ, JAXSRL_TENSORBOARD="0", JAXSRL_PROGRESS="0")

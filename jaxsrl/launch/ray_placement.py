@@ -265,10 +265,10 @@ def _send_signal(where: dict, signum: int) -> None:
 def cpus_wanted(cfg: Any) -> float:
     """CPUs the processes of a run ask Ray for, all together (see :func:`spawner_for`)."""
     flow = cfg.get_dataflow()
-    servers = sum(getattr(p, "count", 1) for p in flow.policy_workers)
-    return (cfg.learner_cpus * getattr(cfg, "num_learner_processes", 1)
+    servers = sum(p.count for p in flow.policy_workers)
+    return (cfg.learner_cpus * cfg.num_learner_processes
             + cfg.actor_cpus * sum(a.count for a in flow.actors)
-            + (servers if getattr(cfg, "remote_inference", False) else 0))
+            + (servers if cfg.remote_inference else 0))
 
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import math
 import os
 from typing import Sequence
 
 import numpy as np
+
+from jaxsrl.experiment.run_dir import RunDir
 
 RETURN_KEY = "episode_return_mean"
 
@@ -70,33 +71,14 @@ def load_metrics(logdir: str) -> list:
     Raises:
       FileNotFoundError: no metrics file.
     """
-    path = os.path.join(logdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no metrics file {path}")
-    records = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line being written when we read
-            if isinstance(record, dict):
-                records.append(record)
-    return records
+    return RunDir(logdir).read_metrics()
 
 
 def default_label(logdir: str) -> str:
     """The agent name from ``config.json``, else the folder name."""
-    try:
-        with open(os.path.join(logdir, "config.json")) as f:
-            agent = json.load(f).get("agent")
-        if isinstance(agent, str) and agent:
-            return agent
-    except (OSError, ValueError, AttributeError):
-        pass
+    agent = RunDir(logdir).config_or_empty().get("agent")
+    if isinstance(agent, str) and agent:
+        return agent
     return os.path.basename(os.path.normpath(logdir))
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -47,7 +46,8 @@ from typing import Any
 from jaxsrl.parallel import distributed
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.launch.processes import ChildProcess, exit_reason, stop_all
-from jaxsrl.core.child import die_with_parent
+from jaxsrl.core.child import start_child
+from jaxsrl.core.worker import Worker
 
 log = logging.getLogger("jaxsrl.learner_process")
 MODULE = "jaxsrl.workers.learner"
@@ -223,12 +223,11 @@ class LearnerGroup:
         import jax.numpy as jnp  # noqa: PLC0415
         import numpy as np  # noqa: PLC0415
 
-        from jaxsrl.experiment import config as config_lib  # noqa: PLC0415
+        from jaxsrl.experiment.agent_build import agent_spec  # noqa: PLC0415
 
         cfg = self.cfg
         distributed.put_json("run", {
-            "agent": cfg.agent, "agent_config": config_lib.to_dict(cfg)[cfg.agent_field],
-            "env": cfg.env, "env_kwargs": cfg.env_kwargs or {}, "num_updates": num_updates,
+            **agent_spec(cfg), "num_updates": num_updates,
             "segment_length": cfg.segment_length, "batch_segments": cfg.batch_segments // self.n,
             "max_staleness": cfg.max_staleness, "on_nonfinite": cfg.on_nonfinite,
             "trainer": trainer, "policy": policy, "max_rows": max_rows,
@@ -376,31 +375,22 @@ class _PeerAwareLowered:
         return _PeerAware(self.lowered.compile(), self.group)
 
 
-class PeerWatch:
-    """A worker of the launcher (same interface as the trainers and servers: ``run``,
-    ``stop``, ``ready``, ``serving``, ``heartbeat``, ``error``) that sets ``error`` when a
-    learner process dies, stops, or stops sending heartbeats, so the run stops naming it.
+class PeerWatch(Worker):
+    """A worker of the launcher (:class:`~jaxsrl.core.worker.Worker`) that sets ``error``
+    when a learner process dies, stops, or stops sending heartbeats, so the run stops
+    naming it.
     """
 
-    address = None
-
     def __init__(self, group: LearnerGroup, interval_s: float = 0.5):
-        self.name, self.group, self.interval_s = "learner processes", group, interval_s
-        self.stop, self.ready = threading.Event(), threading.Event()
-        self.serving = threading.Event()
-        self.heartbeat = time.monotonic()
-        self.error: BaseException | None = None
+        super().__init__("learner processes")
+        self.group, self.interval_s = group, interval_s
 
-    def run(self) -> None:
+    def _run(self) -> None:
         self.ready.set()
-        self.serving.set()
-        try:
-            while not self.stop.wait(self.interval_s):
-                self.heartbeat = time.monotonic()
-                self.group.check_peers()
-        except BaseException as exc:
-            self.error = exc
-            raise
+        self.start_serving()
+        while not self.stop.wait(self.interval_s):
+            self.beat()
+            self.group.check_peers()
 
 
 def _catch(error: list, fn, *args, **kwargs) -> None:
@@ -421,24 +411,19 @@ def run(spec: dict, stop: threading.Event) -> None:
     import jax.numpy as jnp  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
-    from agents import get_agent  # noqa: PLC0415
+    from jaxsrl.envs import env_has_idle_rows  # noqa: PLC0415
+    from jaxsrl.experiment.agent_build import factory_of_spec  # noqa: PLC0415
     from jaxsrl.parallel import devices  # noqa: PLC0415
-    from jaxsrl.core.agent import EnvSpec  # noqa: PLC0415
-    from jaxsrl.envs import env_has_idle_rows, env_spaces  # noqa: PLC0415
-    from jaxsrl.tools.evaluation import agent_config_from_dict  # noqa: PLC0415
+    from jaxsrl.parallel.compile_cache import enable_compilation_cache  # noqa: PLC0415
     from jaxsrl.streams.params import ParameterStore  # noqa: PLC0415
     from jaxsrl.workers.learner.trainer import TrainerWorker  # noqa: PLC0415
 
     p, timeout_s = spec["process_id"], float(spec.get("timeout_s", 300.0))
     job = distributed.get_json("run", timeout_s)
-    if job["compilation_cache_dir"]:
-        jax.config.update("jax_compilation_cache_dir",
-                          os.path.expanduser(job["compilation_cache_dir"]))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    agent = get_agent(job["agent"])
-    obs_space, action_space = env_spaces(job["env"], job["env_kwargs"])
-    fns = agent.make(agent_config_from_dict(agent.config_cls, job["agent_config"]),
-                     EnvSpec(obs_space, action_space), job["num_updates"])
+    enable_compilation_cache(job["compilation_cache_dir"])
+    factory = factory_of_spec(job)
+    fns = factory.make(job["num_updates"])
+    obs_space, action_space = factory.env.observation_space, factory.env.action_space
     mesh = distributed.global_mesh()
     # Shapes only: the values come from process 0.
     like = jax.eval_shape(lambda: {"agent": fns.init(jax.random.PRNGKey(0)),
@@ -478,20 +463,11 @@ def run(spec: dict, stop: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    spec: dict = json.loads(argv[0])
-    for key in ("coordinator_address", "num_processes", "process_id"):
-        if key not in spec:
-            raise ValueError(f"learner process spec lacks {key!r}: {spec}")
+    """``python -m jaxsrl.workers.learner SPEC_JSON``: exits the process (``os._exit``)."""
+    stop = threading.Event()  # SIGTERM/SIGINT set it: a collective cannot be interrupted
+    spec = start_child(argv, lambda s: f"learner {s['process_id']}", stop=stop,
+                       required=("coordinator_address", "num_processes", "process_id"))
     p = spec["process_id"]
-    # force: importing Orbax already configured the root logger (absl).
-    logging.basicConfig(level=logging.INFO, format=f"[learner {p}] %(message)s", force=True)
-    logging.getLogger("absl").setLevel(logging.WARNING)
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
-    die_with_parent(spec.get("parent_pid"))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     code, joined = 1, False
     try:
         distributed.initialize(spec["coordinator_address"], spec["num_processes"], p,

@@ -1,0 +1,72 @@
+"""ZeroMQ sockets of every stream, set up in one place.
+
+Each stream end asks :func:`open_socket` for its socket with the options it needs
+(linger, high-water marks, a frame-size cap, CURVE) and, for a server end,
+:func:`bind` for its address. Nothing else in jaxsrl calls ``setsockopt``.
+
+No JAX here: actors import this.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import zmq
+
+from jaxsrl.streams import security
+
+
+def open_socket(context: zmq.Context | None, kind: int, *, linger_ms: int = 0,
+                send_hwm: int | None = None, recv_hwm: int | None = None,
+                max_frame_bytes: int | None = None, curve_server: tuple | None = None,
+                curve_client: tuple | None = None, subscribe: Sequence[bytes] = ()
+                ) -> zmq.Socket:
+    """A new socket of ``kind`` (``zmq.PUSH``, ``zmq.ROUTER``, ...), options set, not yet
+    bound or connected.
+
+    Args:
+      context: the ZeroMQ context (``None``: the process-wide one).
+      kind: the socket type.
+      linger_ms: how long ``close`` waits to deliver queued messages (0: drop them).
+      send_hwm, recv_hwm: high-water marks in messages (``None``: ZeroMQ's default).
+      max_frame_bytes: frames larger than this disconnect the peer before they are
+        buffered (``None``, or -1: no cap).
+      curve_server: ``(public, secret)`` z85 keys: the socket is a CURVE server.
+      curve_client: ``(server_public, public, secret)`` z85 keys (bytes or text): the
+        socket is a CURVE client of that server.
+      subscribe: topics a SUB socket subscribes to.
+
+    Raises:
+      ValueError: both ``curve_server`` and ``curve_client`` given.
+    """
+    if curve_server is not None and curve_client is not None:
+        raise ValueError("a socket is a CURVE server or a CURVE client, not both")
+    sock = (context or zmq.Context.instance()).socket(kind)
+    sock.setsockopt(zmq.LINGER, linger_ms)
+    if send_hwm is not None:
+        sock.setsockopt(zmq.SNDHWM, int(send_hwm))
+    if recv_hwm is not None:
+        sock.setsockopt(zmq.RCVHWM, int(recv_hwm))
+    if max_frame_bytes is not None:
+        sock.setsockopt(zmq.MAXMSGSIZE, int(max_frame_bytes))
+    if curve_server is not None:
+        security.make_server(sock, *curve_server)
+    if curve_client is not None:
+        security.make_client(sock, *curve_client)
+    for topic in subscribe:
+        sock.setsockopt(zmq.SUBSCRIBE, topic)
+    return sock
+
+
+def bind(sock: zmq.Socket, host: str, port: int = 0) -> str:
+    """Bind ``sock`` on ``host`` (``port`` 0: a free port); returns the address local
+    clients connect to (``tcp://host:port``, ``0.0.0.0`` -> loopback).
+
+    Raises:
+      zmq.ZMQError: ``port`` is taken (or ``host`` is not an interface of this machine).
+    """
+    if port:
+        sock.bind(f"tcp://{host}:{port}")
+    else:
+        port = sock.bind_to_random_port(f"tcp://{host}")
+    return f"tcp://{security.connect_host(host)}:{port}"
