@@ -3,13 +3,14 @@ through an import (any :class:`~jaxsrl.agent.Agent` object in an importable modu
 
 from __future__ import annotations
 
-from agents import impala, ppo
+from agents import dqn, impala, ppo
 from jaxsrl.agent import Agent
 from jaxsrl.imports import import_object, is_reference
 
 AGENTS: dict[str, Agent] = {
     ppo.AGENT.name: ppo.AGENT,
     impala.AGENT.name: impala.AGENT,
+    dqn.AGENT.name: dqn.AGENT,
 }
 
 
