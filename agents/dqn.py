@@ -53,9 +53,14 @@ class DQNConfig:
     """Ape-X DQN hyperparameters.
 
     Defaults are aimed at CartPole-v1 (eval return 475 within 200k env steps):
-    CleanRL's ``dqn.py`` network (120, 84), step size 2.5e-4 and batch 128, with
-    Ape-X's n = 3, prioritised replay and exploration ladder. The Atari settings of
-    Horgan et al. 2018 (Sec. 4.1 and its appendix) are noted per field.
+    CleanRL's ``dqn.py`` network (120, 84), step size 2.5e-4, batch 128 and 10k-item
+    buffer, with Ape-X's n = 3, prioritised replay and exploration ladder, and a Huber
+    threshold of 10. Checked with an in-process loop (64 envs, 32-step segments, the
+    replay of :class:`ReplaySpec` emulated in NumPy; greedy eval of 10 episodes every
+    10k steps): first eval >= 475 at 82k, 51k and 31k env steps (seeds 0-2). With a
+    Huber threshold of 1 *and* a 100k buffer, Q diverged (to 1e4-1e5) on all three
+    seeds; either change alone fixed it. The Atari settings of Horgan et al. 2018
+    (Sec. 4.1 and its appendix) are noted per field.
     """
 
     learning_rate: float = 2.5e-4
@@ -85,14 +90,15 @@ class DQNConfig:
     period 1 give Polyak averaging."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clip before Adam (Ape-X: 40)."""
-    huber_delta: float = 1.0
-    """Huber loss threshold on the TD error (Mnih et al. 2015: 1)."""
+    huber_delta: float = 10.0
+    """Huber loss threshold on the TD error (Mnih et al. 2015 and Ape-X: 1, with
+    rewards clipped to [-1, 1]); CartPole's returns reach 100, see the class doc."""
     epsilon: float = 0.4
     """Base of the exploration ladder ``epsilon^(1 + alpha * u)`` (Ape-X: 0.4)."""
     epsilon_alpha: float = 7.0
     """Exponent scale of the ladder (Ape-X: 7): rates range over ``[0.4^8, 0.4]``."""
-    capacity: int = 100_000
-    """Replay items held (Ape-X: 2M)."""
+    capacity: int = 10_000
+    """Replay items held (CleanRL's CartPole DQN: 10k; Ape-X: 2M)."""
     batch_size: int = 128
     """Items per ``learn`` call (CleanRL: 128; Ape-X: 512)."""
     replay_ratio: float = 32.0

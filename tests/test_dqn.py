@@ -69,7 +69,7 @@ def test_dueling_combination_hand_computed():
 def test_target_loss_and_priorities_match_numpy(double, obs_space):
     """Double-Q (or max) target, weighted Huber loss and |td| priorities, from the
     network's own Q values recomputed here and combined in NumPy."""
-    config = dataclasses.replace(SMALL, double=double, huber_delta=0.7)
+    config = dataclasses.replace(SMALL, double=double, huber_delta=0.7)  # both branches used
     spec = EnvSpec(obs_space, ACTIONS)
     fns = dqn.make(config, spec, 10)
     state = fns.init(jax.random.PRNGKey(0))
@@ -101,7 +101,7 @@ def test_double_and_max_targets_differ():
     state = fns[True].init(jax.random.PRNGKey(0))
     state = state._replace(target_params=fns[True].init(jax.random.PRNGKey(1)).params)
     batch = _batch(spec)
-    p = {d: np.asarray(f.learn(state, batch, jax.random.PRNGKey(2))[2]) for d, f in fns.items()}
+    p = {d: np.asarray(jax.jit(f.learn)(state, batch, jax.random.PRNGKey(2))[2]) for d, f in fns.items()}
     assert np.abs(p[True] - p[False]).max() > 1e-3
 
 
@@ -183,12 +183,11 @@ def test_learn_solves_a_two_state_mdp():
     eye = np.eye(2, dtype=np.float32)
     reps = 8
     items = {"obs": np.repeat(eye[[0, 0, 1, 1]], reps, 0),
-             "action": np.tile(np.array([0, 1, 0, 1], np.int32), reps).reshape(reps, 4).T.ravel(),
+             "action": np.repeat(np.array([0, 1, 0, 1], np.int32), reps),
              "reward": np.repeat(np.array([0, 1, 2, 0], np.float32), reps),
              "discount": np.repeat(np.array([0.9, 0, 0, 0.9], np.float32), reps),
              "next_obs": np.repeat(eye[[1, 1, 0, 0]], reps, 0),
              "policy_version": np.zeros(4 * reps, np.int32)}
-    items["action"] = np.repeat(np.array([0, 1, 0, 1], np.int32), reps)
     weights = np.random.default_rng(0).uniform(0.3, 1.0, 4 * reps).astype(np.float32)
     batch = ReplayBatch(items, weights)
 
@@ -209,6 +208,7 @@ def test_to_items_is_n_step_transitions_and_replay_spec():
     got, expected = fns.to_items(traj), n_step_transitions(traj, 4, 0.8)
     jax.tree.map(np.testing.assert_array_equal, got, expected)
     assert fns.replay == ReplaySpec(5000, 64, 32.0, 1000, True, 0.6, 0.4)
+    assert dqn.DQNConfig().replay_spec().capacity == dqn.DQNConfig().capacity
 
 
 def test_registered_and_configurable():
