@@ -34,7 +34,11 @@ socket to the next address (replies still on their way from the old one are lost
 with the old socket) and re-sends that stream's outstanding requests; failovers are
 logged and counted in segment meta (``failovers``, since the previous segment).
 
-Exit codes: 0 stopped by SIGTERM/SIGINT; 3 no inference server of a stream answered in
+Serial mode (``--launcher=serial``) runs the same :class:`Actor` as a thread of the
+launcher's process through :func:`run_actor`, with the run's ZeroMQ context (its
+``inproc://`` addresses) and a ``stop`` event in place of SIGTERM.
+
+Exit codes: 0 stopped by SIGTERM/SIGINT (or the ``stop`` event); 3 no inference server of a stream answered in
 ``timeout_s`` (``startup_timeout_s``, default 300 s, for the first answer: servers
 compile while actors start; with fallbacks, after every server was tried); 4 the
 environment raised in ``reset`` or ``step`` (traceback logged, and written to
@@ -76,6 +80,14 @@ class EnvError(RuntimeError):
 
 class LearnerTimeout(TimeoutError):
     """A trainer did not take a segment within the sample timeout."""
+
+
+class Stopped(Exception):
+    """The actor's ``stop`` event was set (serial mode's SIGTERM): :meth:`Actor.run` returns."""
+
+
+#: Longest blocking wait (ms) of an actor with a ``stop`` event: how soon it sees the event.
+STOP_POLL_MS = 100
 
 
 class SegmentBuffer:
@@ -226,10 +238,16 @@ class Group:
 
 
 class Actor:
-    """The actor's event loop (see module docstring). ``spec`` is the launcher's dict."""
+    """The actor's event loop (see module docstring). ``spec`` is the launcher's dict.
 
-    def __init__(self, spec: dict, context: zmq.Context | None = None):
+    ``context``: the ZeroMQ context of its sockets (default: the process-wide one);
+    ``stop``: an event (``is_set()``) that ends :meth:`run` within ``STOP_POLL_MS``
+    of a blocking wait (serial mode; ``None``: only a signal stops it).
+    """
+
+    def __init__(self, spec: dict, context: zmq.Context | None = None, stop: Any = None):
         self.spec = spec
+        self.stop = stop
         self.actor_id, self.run_id = int(spec["actor_id"]), int(spec["run_id"])
         self.T = int(spec["segment_length"])
         self.timeout_ms = int(1000 * float(spec.get("timeout_s", 30.0)))
@@ -333,9 +351,10 @@ class Actor:
             waiting = [i for i in range(len(self.streams)) if self._outstanding(i)]
             now = time.monotonic()
             deadline = min((self._deadline(i) for i in waiting), default=now + self.timeout_ms / 1000)
-            ready = dict(self.poller.poll(max(0, math.ceil(1000 * (deadline - now)))))
+            ready = dict(self.poller.poll(self._wait_ms(deadline - now)))
             if ready:
                 break
+            self._check_stop()
             now = time.monotonic()
             for i in waiting:
                 if now >= self._deadline(i):
@@ -350,12 +369,28 @@ class Actor:
         self.timing["wait_s"] += time.perf_counter() - t0
         return i, msg
 
+    def _wait_ms(self, seconds: float) -> int:
+        """A blocking wait of ``seconds``, in ms, cut to ``STOP_POLL_MS`` with a ``stop`` event."""
+        ms = max(0, math.ceil(1000 * seconds))
+        return ms if self.stop is None else min(ms, STOP_POLL_MS)
+
+    def _check_stop(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise Stopped
+
     def run(self, max_segments: int | None = None) -> None:
         """Loop until stopped (or ``max_segments`` segments were sent, for tests)."""
+        try:
+            self._loop(max_segments)
+        except Stopped:
+            pass
+
+    def _loop(self, max_segments: int | None) -> None:
         for g in range(len(self.groups)):
             self._request(g)
         sent = 0
         while max_segments is None or sent < max_segments:
+            self._check_stop()
             i, msg = self._receive()
             g = msg.meta.get("group")
             if (msg.kind != "action" or not isinstance(g, int) or not 0 <= g < len(self.groups)
@@ -454,7 +489,8 @@ class Actor:
                         s.inference.send_multipart(wire.encode("ping", {}, meta), flags=zmq.NOBLOCK)
                     except zmq.Again:
                         pass
-            stream.samples.poll(min(1000, 1000 * max(0.0, deadline - now)), zmq.POLLOUT)
+            stream.samples.poll(min(1000, self._wait_ms(deadline - now)), zmq.POLLOUT)
+            self._check_stop()
 
     def close(self) -> None:
         for group in self.groups:
@@ -466,15 +502,15 @@ class Actor:
             s.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    spec: dict[str, Any] = json.loads(argv[0])
-    logging.basicConfig(level=logging.INFO, format=f"[actor {spec['actor_id']}] %(message)s")
-    die_with_parent(spec.get("parent_pid"))
-    install_stop_signals()
+def run_actor(spec: dict, context: zmq.Context | None = None, stop: Any = None) -> int:
+    """Build and run one actor until it stops; returns its exit code (module docstring).
+
+    The body of an actor process, and of an actor thread in serial mode (``context``,
+    ``stop``: see :class:`Actor`). Errors other than the ones with an exit code propagate.
+    """
     actor = None
     try:
-        actor = Actor(spec)
+        actor = Actor(spec, context, stop)
         actor.run()
     except LearnerTimeout as exc:
         log.error("%s; exiting", exc)
@@ -491,6 +527,15 @@ def main(argv: list[str] | None = None) -> int:
         if actor is not None:
             actor.close()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec: dict[str, Any] = json.loads(argv[0])
+    logging.basicConfig(level=logging.INFO, format=f"[actor {spec['actor_id']}] %(message)s")
+    die_with_parent(spec.get("parent_pid"))
+    install_stop_signals()
+    return run_actor(spec)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 import zmq
 
-from jaxsrl.streams import security
+from jaxsrl.streams import endpoints, security
 from jaxsrl.streams import wire
 from jaxsrl.streams.spaces import obs_schema, unflatten_obs
 from jaxsrl.experiment.metrics import MetricsAccumulator
@@ -65,7 +65,8 @@ class PolicyWorker:
       metrics: run metrics (dropped messages, batch sizes).
       max_rows: largest batch of rows in one call (sum over actors' groups).
       num_devices: batch sizes are padded to multiples of this.
-      host: interface to bind (``127.0.0.1`` unless told otherwise).
+      host: interface to bind (``127.0.0.1`` unless told otherwise), or
+        ``jaxsrl.streams.endpoints.INPROC`` (serial mode).
       deadline_ms: after the first request, wait this long for more (0: take what
         is waiting).
       seed: seed of the action-sampling RNG.
@@ -164,12 +165,7 @@ class PolicyWorker:
             sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # bigger frames: disconnect
             if self._curve is not None:
                 security.make_server(sock, *self._curve)
-            if self.port:
-                sock.bind(f"tcp://{self.host}:{self.port}")
-                port = self.port
-            else:
-                port = sock.bind_to_random_port(f"tcp://{self.host}")
-            self.address = f"tcp://{security.connect_host(self.host)}:{port}"
+            self.address = endpoints.bind(sock, self.host, self.port, self.name)
             self.ready.set()  # actors may connect and queue requests while we compile
             try:
                 self.warmup()

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import zmq
 
-from jaxsrl.streams import security
+from jaxsrl.streams import endpoints, security
 from jaxsrl.streams import wire
 from jaxsrl.core.agent import Trajectory
 from jaxsrl.experiment.checkpoint import Checkpointer
@@ -106,7 +106,7 @@ class TrainerWorker:
       max_staleness: no update uses a row whose oldest action is more than this many
         versions behind the learner; checked when the batch is assembled (0 keeps
         everything).
-      host: interface to bind.
+      host: interface to bind, or ``jaxsrl.streams.endpoints.INPROC`` (serial mode).
       initial_carry: the agent's ``initial_carry`` (describes carry arrays in segments).
       idle_rows: segments carry per-step validity flags (``valid`` ``[rows, T]`` bool),
         passed on as ``Trajectory.valid``; without, ``Trajectory.valid`` is ``None``.
@@ -203,8 +203,7 @@ class TrainerWorker:
             sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # bigger frames: disconnect
             if self._curve is not None:
                 security.make_server(sock, *self._curve)
-            port = sock.bind_to_random_port(f"tcp://{self.host}")
-            self.address = f"tcp://{security.connect_host(self.host)}:{port}"
+            self.address = endpoints.bind(sock, self.host, name=self.name)
             self.ready.set()  # actors may connect while we compile
             try:
                 self.warmup()
