@@ -1,7 +1,7 @@
 """Rung 3, inference: real actor processes + a real policy worker, frozen parameters.
 
 The actors are ``python -m jaxsrl.workers.actor`` processes started exactly like the
-launcher starts them (:class:`jaxsrl.launch.launcher.ActorProcess`); the server is a
+launcher starts them (:class:`jaxsrl.launch.processes.ChildProcess`); the server is a
 :class:`jaxsrl.workers.inference.policy.PolicyWorker` thread serving parameters that never
 change. There is no learner: a PULL socket counts the segments' ``env_steps`` and
 throws the segments away. Reported: env steps/s, the server's batch sizes (its
@@ -75,7 +75,7 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
 
     from jaxsrl.parallel import devices  # noqa: PLC0415
     from jaxsrl.bench import agentfns  # noqa: PLC0415
-    from jaxsrl.launch.launcher import ActorProcess  # noqa: PLC0415
+    from jaxsrl.launch.processes import ChildProcess  # noqa: PLC0415
     from jaxsrl.experiment.metrics import MetricsAccumulator  # noqa: PLC0415
     from jaxsrl.streams.params import ParameterStore  # noqa: PLC0415
     from jaxsrl.workers.inference.policy import PolicyWorker  # noqa: PLC0415
@@ -102,7 +102,7 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
         t_compile = time.perf_counter()
         for i in range(num_actors):
             spec = actor_spec(cfg, i, worker.address, sink.address, agentfns.carry_spec(b.fns))
-            actors.append(ActorProcess(f"bench-actor[{i}]", spec))
+            actors.append(ChildProcess(f"bench-actor[{i}]", spec))
             actors[-1].start()
         if sampler:
             sampler.__enter__()

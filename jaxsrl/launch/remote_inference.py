@@ -36,8 +36,7 @@ from jaxsrl.experiment import config as config_lib
 from jaxsrl.streams import security
 from jaxsrl.streams import wire
 from jaxsrl.streams.param_stream import ParamPublisher
-from jaxsrl.launch.processes import ChildProcess, stop_all
-from jaxsrl.launch.processes import exit_reason
+from jaxsrl.launch.processes import ChildProcess, error_summary, exit_reason, stop_all
 from jaxsrl.launch.topology import server_names
 from jaxsrl.workers.inference.server import ENV_SERVER_PUBLIC, ENV_SERVER_SECRET
 
@@ -83,7 +82,6 @@ class RemoteInferenceServers:
     """
 
     name = "remote inference servers"
-    address = None  # not a server socket itself (the launcher matches workers by address)
 
     def __init__(self, cfg: Any, flow: Any, rows: dict, store: Any, metrics: Any, table: Any,
                  actor_runs: Callable[[], dict], context: zmq.Context, logdir: str,
@@ -256,7 +254,7 @@ class RemoteInferenceServers:
 
     def _restart(self, s: RemoteServer, reason: str) -> None:
         s.child.kill()
-        error = _first_line(s.child.spec.get("error_file"))
+        error = error_summary(s.child.spec.get("error_file"))
         if self.restarts >= self.cfg.max_server_restarts:
             raise RuntimeError(
                 f"inference server {s.name} (pid {s.child.proc.pid}) {reason}"
@@ -275,10 +273,3 @@ class RemoteInferenceServers:
 def metric_name(server: str) -> str:
     """``policy[1]`` -> ``policy_1``: a metric-key part TensorBoard accepts as is."""
     return server.replace("[", "_").replace("]", "")
-
-
-def _first_line(path: str | None) -> str:
-    if not path or not os.path.exists(path):
-        return ""
-    with open(path, errors="replace") as f:
-        return f.readline().strip()[:500]
