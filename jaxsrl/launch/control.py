@@ -104,10 +104,16 @@ class Run:
     def trainer_threads(self) -> list[WorkerThread]:
         return [w for w in self.workers if w.kind is Kind.TRAINER]
 
-    def threads_alive(self) -> bool:
-        """A worker thread, or an actor thread of serial mode, is still running."""
-        return any(w.thread.is_alive() for w in self.workers) or bool(
-            self.actor_threads is not None and self.actor_threads.running())
+    def end_context(self) -> None:
+        """Destroy the run's ZeroMQ context, unless a worker thread still runs (a
+        stuck one keeps its sockets); serial mode's actor threads: see
+        :meth:`~jaxsrl.launch.serial.ThreadSpawner.end_context`."""
+        if any(w.thread.is_alive() for w in self.workers):
+            return
+        if self.actor_threads is not None:
+            self.actor_threads.end_context()
+        else:
+            self.context.destroy(linger=0)
 
 
 class ControlLoop:

@@ -183,8 +183,7 @@ def _shutdown(run: Run) -> dict:
         run.writer.close()
     if run.auth is not None:
         run.auth.stop()
-    if not run.threads_alive():
-        run.context.destroy(linger=0)
+    run.end_context()
     saved = {t.policy: t.checkpointer.latest_step() for t in run.trainers.values()
              if t.checkpointer is not None}
     log.info("stopped after %.1f s; %s; logs in %s", run.clock(),

@@ -16,8 +16,9 @@ multi-process learners, Ray, ``launch_prefix``, CURVE (keys reach actors through
 process environment) and periodic evaluation (a process). A thread cannot be killed:
 a hung actor thread that ignores its stop event (e.g. stuck inside ``env.step``) is
 abandoned (its handle reads as killed, its run id is replaced, so the servers drop
-whatever it still sends) and a new one is started; an abandoned thread still running
-when the run ends keeps the run's ZeroMQ context open (it is not destroyed under it).
+whatever it still sends) and a new one is started; at the end of the run, the run's
+ZeroMQ context is terminated under threads still running, so their next ZeroMQ call
+ends them (:meth:`ThreadSpawner.end_context`).
 ZeroMQ does not enforce ``MAXMSGSIZE`` on ``inproc``; the receivers' size checks still
 drop oversized messages.
 """
@@ -67,10 +68,17 @@ class ThreadProcess:
     def _run(self) -> None:
         try:
             code = self._target(self.stop)
+        except zmq.ContextTerminated:  # the run ended under an abandoned thread: it is killed
+            log.info("%s left: the run's ZeroMQ context ended", self._thread.name)
+            code = -signal.SIGKILL
         except BaseException:  # noqa: BLE001 - a process would exit with 1 and a traceback
             log.exception("%s failed", self._thread.name)
             code = 1
         self._exit = int(code)
+
+    @property
+    def name(self) -> str:
+        return self._thread.name
 
     @property
     def running(self) -> bool:
@@ -136,6 +144,19 @@ class ThreadSpawner:
     def running(self) -> list[ThreadProcess]:
         """Threads it started that are still running (abandoned ones included)."""
         return [h for h in self.started if h.running]
+
+    def end_context(self) -> None:
+        """End the run's ZeroMQ context once the run's other threads closed their
+        sockets: at once if no thread of this spawner runs; else in the background,
+        where ``term`` makes the abandoned threads' blocking calls raise
+        ``zmq.ContextTerminated`` (they close their sockets and end; one stuck outside
+        ZeroMQ keeps the context until it gets there)."""
+        if not self.running():
+            self.context.destroy(linger=0)
+            return
+        log.warning("%s still running after the run: the run's ZeroMQ context ends when they do",
+                    ", ".join(h.name for h in self.running()))
+        threading.Thread(target=self.context.term, name="zmq context term", daemon=True).start()
 
 
 def spawner_for(context: zmq.Context, given: Any = None) -> ThreadSpawner:
