@@ -42,8 +42,6 @@ import signal
 import socket
 import sys
 import threading
-import time
-from typing import Any
 
 from jaxsrl.parallel import distributed
 from jaxsrl.experiment.metrics import MetricsAccumulator
