@@ -4,7 +4,7 @@ A :class:`ChildProcess` knows how to start one worker process again (``start`` g
 it a fresh run id) and how to stop it. *Where* it runs is the job of a
 :class:`Spawner`: :func:`local_spawner` starts ``python -m <module> '<json spec>'``
 as a subprocess of this machine (optionally behind a command prefix such as
-``ip netns exec host1``); ``jaxsrl.launch.ray_placement.RaySpawner`` places the same
+``ip netns exec host1``); ``jaxsrl.launch.ray_spawner.RaySpawner`` places the same
 command on a Ray cluster; ``jaxsrl.launch.serial.ThreadSpawner`` (``--launcher=serial``)
 runs it as a thread of this process. Every spawner returns a ``subprocess.Popen``-like
 handle (``pid``, ``returncode``, ``poll()``, ``wait(timeout)``, ``terminate()``, ``kill()``).

@@ -36,6 +36,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import threading
 from typing import Any
 
@@ -110,7 +111,7 @@ def _send_signal(where: dict, signum: int) -> None:
     if where["node_id"] == ray.get_runtime_context().get_node_id():
         os.kill(where["pid"], signum)
         return
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415  (Ray: optional)
     strategy = NodeAffinitySchedulingStrategy(where["node_id"], soft=False)
     ray.get(ray.remote(os.kill).options(num_cpus=0, scheduling_strategy=strategy)
             .remote(where["pid"], signum), timeout=60)
@@ -140,7 +141,7 @@ def _stay_on_loopback() -> None:
     if os.environ.get(LOOPBACK_ENV) == "1":
         return  # the user asked for a joinable cluster
     os.environ[LOOPBACK_ENV] = "0"
-    from ray._private import ray_constants  # noqa: PLC0415
+    from ray._private import ray_constants  # noqa: PLC0415  (Ray: optional; private module)
     if hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
         ray_constants.ENABLE_RAY_CLUSTER = False
 
@@ -181,7 +182,6 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"--ray_address={address!r} must be HOST:PORT (e.g. 10.0.0.1:6379) or 'auto'")
-    import socket  # noqa: PLC0415
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
@@ -209,7 +209,7 @@ def train_on_ray(cfg: Any) -> dict:
       SIGTERM and a clean stop.
     """
     cfg.validate()
-    from jaxsrl.launch.launcher import default_logdir  # noqa: PLC0415  (imports JAX)
+    from jaxsrl.launch.launcher import default_logdir  # noqa: PLC0415  (imports JAX: not on the driver)
     cfg = dataclasses.replace(cfg, logdir=os.path.abspath(cfg.logdir or default_logdir(cfg)))
     started = connect(cfg)
     host = None

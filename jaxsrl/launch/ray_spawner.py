@@ -5,6 +5,7 @@ command of a run in its own :class:`ProcessHost` Ray actor and hands the launche
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -60,7 +61,6 @@ class ProcessHost:
 
     async def wait_exit(self) -> int:
         """The child's exit status once it has exited (negative: killed by that signal)."""
-        import asyncio  # noqa: PLC0415
         while self.proc.poll() is None:
             await asyncio.sleep(0.05)
         return self.proc.returncode
