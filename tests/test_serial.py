@@ -28,6 +28,7 @@ from jaxsrl.launch.processes import ChildProcess
 from jaxsrl.launch.serial import ThreadSpawner
 from jaxsrl.streams import endpoints, wire
 from jaxsrl.workers.learner.trainer import TrainerWorker
+from test_end_to_end import SMALL, TWO_POLICIES, TWO_SERVERS_ONE_LEARNER
 from test_faults_helpers import FLAKY_ENV, REPO_ROOT, records, small_args, wait_for
 
 SERIAL = "--launcher=serial"
@@ -81,6 +82,26 @@ def test_a_serial_run_spawns_no_child_process(tmp_path):
         record = train(cfg)
     assert record["env_steps"] >= 4000
     assert watch.new == set() and watch.actor_threads
+    assert wait_for(lambda: not _live_actor_threads(), 30, "the actor threads to end")
+
+
+@pytest.mark.parametrize("graph, policies, actors", [(TWO_POLICIES, ["a", "b"], 2),
+                                                     (TWO_SERVERS_ONE_LEARNER, ["shared"], 3)])
+def test_non_trivial_dataflow_graphs_run_serially(tmp_path, graph, policies, actors):
+    """Several trainers and servers in one process: each binds its own inproc endpoint."""
+    toml = tmp_path / "graph.toml"
+    toml.write_text(graph)
+    logdir = str(tmp_path / "run")
+    cfg = load_config(SMALL + [SERIAL, f"--config={toml}", "--total_env_steps=10000",
+                               f"--logdir={logdir}"])
+    with ChildWatch() as watch:
+        record = train(cfg)
+    assert record["env_steps"] >= 10000
+    for policy in policies:
+        assert os.listdir(os.path.join(logdir, "checkpoints", policy))
+    if len(policies) > 1:
+        assert all(record[f"policy_version/{p}"] >= 1 for p in policies)
+    assert watch.new == set() and watch.actor_threads == {f"actor {i}" for i in range(actors)}
     assert wait_for(lambda: not _live_actor_threads(), 30, "the actor threads to end")
 
 
