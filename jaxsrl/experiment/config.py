@@ -126,8 +126,10 @@ class RunConfig:
     spawn_learner_processes: bool = True
     """--num_learner_processes>1: start processes 1..N-1 here (through the run's spawner);
     False: wait for them to be started on other hosts (``jaxsrl/workers/learner/process.py``)."""
-    launcher: Literal["local", "ray"] = "local"
-    """Where processes run: this machine, or a Ray cluster (``docs/cluster.md``)."""
+    launcher: Literal["local", "ray", "serial"] = "local"
+    """Where processes run: this machine, a Ray cluster (``docs/cluster.md``), or
+    ``serial``: every worker in this one process, actors as threads (for debuggers and
+    tests; ``docs/architecture.md``, "Serial mode")."""
     ray_address: str = ""
     """--launcher=ray: address of a running cluster (``HEAD_IP:6379``, or ``auto``);
     empty starts a one-node Ray cluster on this machine for the run."""
@@ -193,8 +195,8 @@ class RunConfig:
             raise ValueError(f"on_nonfinite={self.on_nonfinite!r} must be 'drop' or 'raise'")
         if not self.host:
             raise ValueError("host='' must name an interface, e.g. 127.0.0.1")
-        if self.launcher not in ("local", "ray"):
-            raise ValueError(f"launcher={self.launcher!r} must be 'local' or 'ray'")
+        if self.launcher not in ("local", "ray", "serial"):
+            raise ValueError(f"launcher={self.launcher!r} must be 'local', 'ray' or 'serial'")
         if self.ray_address and self.launcher != "ray":
             raise ValueError(f"ray_address={self.ray_address!r} needs --launcher=ray")
         for name in ("actor_cpus", "learner_cpus", "learner_gpus"):
@@ -237,6 +239,7 @@ class RunConfig:
             if not isinstance(envs, int) or envs < 0 or envs % self.ring_size:
                 raise ValueError(f"actor group {group.name!r}: envs_per_actor={envs} must be a "
                                  f"positive multiple of ring_size={self.ring_size}")
+        self._check_serial(flow)
         self._check_learner_processes(flow)
         agent_validate = getattr(self.agent_config(), "validate", None)
         if agent_validate is not None:  # the agent's own hyperparameter checks
@@ -263,6 +266,28 @@ class RunConfig:
                              f"process is fed by its own), not {actors}")
         if self.curve:
             raise ValueError("--curve is not supported with num_learner_processes > 1 yet")
+
+
+    def _check_serial(self, flow: Dataflow) -> None:
+        """--launcher=serial runs every worker in this process: refuse what needs another."""
+        if self.launcher != "serial":
+            return
+        why = {"remote_inference": "it runs inference servers as processes",
+               "num_learner_processes": "it starts learner processes",
+               "coordinator_address": "it joins learner processes",
+               "curve": "actors get their CURVE keys through their process environment",
+               "eval_every": "periodic evaluation runs in its own process"}
+        used = {"remote_inference": self.remote_inference, "curve": self.curve,
+                "num_learner_processes": self.num_learner_processes > 1,
+                "coordinator_address": bool(self.coordinator_address), "eval_every": self.eval_every > 0}
+        for name, on in used.items():
+            if on:
+                raise ValueError(f"{name}={getattr(self, name)!r} does not work with "
+                                 f"--launcher=serial (one process): {why[name]}")
+        for group in flow.actors:
+            if group.launch_prefix:
+                raise ValueError(f"actor group {group.name!r} has a launch_prefix, which "
+                                 "--launcher=serial cannot run (its actors are threads)")
 
 
 def config_class(agent_name: str, agent_config_cls: type) -> type:

@@ -39,8 +39,7 @@ from jaxsrl.streams import wire
 from jaxsrl.streams.param_stream import ParamPublisher
 from jaxsrl.streams.security import ENV_SERVER_PUBLIC, ENV_SERVER_SECRET
 from jaxsrl.streams.sockets import bind, open_socket
-from jaxsrl.launch.processes import ChildProcess, stop_all
-from jaxsrl.launch.processes import exit_reason
+from jaxsrl.launch.processes import ChildProcess, exit_reason, stop_all
 from jaxsrl.launch.topology import server_names
 
 log = logging.getLogger("jaxsrl.launch.remote_inference")

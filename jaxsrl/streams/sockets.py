@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import secrets
+
 import zmq
 
 from jaxsrl.streams import security
@@ -58,13 +60,31 @@ def open_socket(context: zmq.Context | None, kind: int, *, linger_ms: int = 0,
     return sock
 
 
-def bind(sock: zmq.Socket, host: str, port: int = 0) -> str:
-    """Bind ``sock`` on ``host`` (``port`` 0: a free port); returns the address local
-    clients connect to (``tcp://host:port``, ``0.0.0.0`` -> loopback).
+#: Bind host of serial mode: a fresh ``inproc://`` endpoint per socket.
+INPROC = "inproc"
+
+
+def bind(sock: zmq.Socket, host: str, port: int = 0, name: str = "socket") -> str:
+    """Bind ``sock`` and return the address its peers connect to.
+
+    Args:
+      sock: an unbound ZeroMQ socket.
+      host: an interface (``tcp://host:port``; ``0.0.0.0`` -> loopback in the returned
+        address) or :data:`INPROC` (``inproc://<name>-<8 hex digits>``, unique within the
+        socket's context): ZeroMQ's in-process transport, used by serial mode
+        (``--launcher=serial``): the same sockets, messages and checks between threads
+        sharing one ``zmq.Context``. ZeroMQ does not enforce ``MAXMSGSIZE`` on
+        ``inproc``; the receivers' own size checks still drop oversized messages.
+      port: TCP port (0: a free one); ignored for :data:`INPROC`.
+      name: the endpoint's readable part for :data:`INPROC` (e.g. the worker's name).
 
     Raises:
-      zmq.ZMQError: ``port`` is taken (or ``host`` is not an interface of this machine).
+      zmq.ZMQError: the port or endpoint is taken, or ``host`` is no interface here.
     """
+    if host == INPROC:
+        address = f"inproc://{name}-{secrets.token_hex(4)}"
+        sock.bind(address)
+        return address
     if port:
         sock.bind(f"tcp://{host}:{port}")
     else:

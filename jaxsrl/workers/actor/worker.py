@@ -34,7 +34,11 @@ socket to the next address (replies still on their way from the old one are lost
 with the old socket) and re-sends that stream's outstanding requests; failovers are
 logged and counted in segment meta (``failovers``, since the previous segment).
 
-Exit codes: 0 stopped by SIGTERM/SIGINT; 3 no inference server of a stream answered in
+Serial mode (``--launcher=serial``) runs the same :class:`Actor` as a thread of the
+launcher's process through :func:`run_actor`, with the run's ZeroMQ context (its
+``inproc://`` addresses) and a ``stop`` event in place of SIGTERM.
+
+Exit codes: 0 stopped by SIGTERM/SIGINT (or the ``stop`` event); 3 no inference server of a stream answered in
 ``timeout_s`` (``startup_timeout_s``, default 300 s, for the first answer: servers
 compile while actors start; with fallbacks, after every server was tried); 4 the
 environment raised in ``reset`` or ``step`` (traceback logged, and written to
@@ -61,6 +65,7 @@ import logging
 import math
 import sys
 import time
+from typing import Any
 
 import zmq
 
@@ -213,6 +218,7 @@ class Actor(Worker):
             ready = dict(self.poller.poll(wait_ms))
             if ready:
                 break
+            self._check_stop()
             now = time.monotonic()
             for i in waiting:
                 if now >= self._deadline(i):
@@ -352,12 +358,18 @@ class Actor(Worker):
             s.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m jaxsrl.workers.actor SPEC_JSON``; returns the exit code (module docstring)."""
-    spec = start_child(argv, lambda s: f"actor {s.get('actor_id')}")
+def run_actor(spec: dict, context: zmq.Context | None = None, stop: Any = None) -> int:
+    """Build and run one actor until it stops; returns its exit code (module docstring).
+
+    The body of an actor process (:func:`main`), and of an actor thread in serial mode
+    (``context``: the run's ZeroMQ context; ``stop``: an event that ends the actor within
+    100 ms of a blocking wait). Errors other than the ones with an exit code propagate.
+    """
     actor = None
     try:
-        actor = Actor(spec)
+        actor = Actor(spec, context)
+        if stop is not None:
+            actor.stop = stop
         actor.run()
     except LearnerTimeout as exc:
         log.error("%s; exiting", exc)
@@ -371,6 +383,12 @@ def main(argv: list[str] | None = None) -> int:
         if actor is not None:
             actor.close()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jaxsrl.workers.actor SPEC_JSON``; returns the exit code (module docstring)."""
+    spec = start_child(argv, lambda s: f"actor {s.get('actor_id')}")
+    return run_actor(spec)
 
 
 if __name__ == "__main__":

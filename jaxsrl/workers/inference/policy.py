@@ -70,7 +70,8 @@ class PolicyWorker(Worker):
       metrics: run metrics (dropped messages, batch sizes).
       max_rows: largest batch of rows in one call (sum over actors' groups).
       num_devices: batch sizes are padded to multiples of this.
-      host: interface to bind (``127.0.0.1`` unless told otherwise).
+      host: interface to bind (``127.0.0.1`` unless told otherwise), or
+        ``jaxsrl.streams.sockets.INPROC`` (serial mode).
       deadline_ms: after the first request, wait this long for more (0: take what
         is waiting).
       seed: seed of the action-sampling RNG.
@@ -161,7 +162,7 @@ class PolicyWorker(Worker):
                            max_frame_bytes=self.max_frame_bytes,  # bigger frames: disconnect
                            curve_server=self._curve)
         try:
-            self.address = bind(sock, self.host, self.port)
+            self.address = bind(sock, self.host, self.port, self.name)
             self.ready.set()  # actors may connect and queue requests while we compile
             self.warmup()
             self.start_serving()

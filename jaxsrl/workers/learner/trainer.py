@@ -90,7 +90,7 @@ class TrainerWorker(Worker):
       max_staleness: no update uses a row whose oldest action is more than this many
         versions behind the learner; checked when the batch is assembled (0 keeps
         everything).
-      host: interface to bind.
+      host: interface to bind, or ``jaxsrl.streams.sockets.INPROC`` (serial mode).
       initial_carry: the agent's ``initial_carry`` (describes carry arrays in segments).
       idle_rows: segments carry per-step validity flags (``valid`` ``[rows, T]`` bool),
         passed on as ``Trajectory.valid``; without, ``Trajectory.valid`` is ``None``.
@@ -174,7 +174,7 @@ class TrainerWorker(Worker):
         sock = open_socket(self._context, zmq.PULL, recv_hwm=4,
                            max_frame_bytes=self.max_frame_bytes, curve_server=self._curve)
         try:
-            self.address = bind(sock, self.host)
+            self.address = bind(sock, self.host, name=self.name)
             self.ready.set()  # actors may connect while we compile
             self.warmup()
             self.start_serving()
