@@ -26,7 +26,7 @@ from jaxsrl.experiment.config import load_config
 from jaxsrl.launch.launcher import ComponentDied, train
 from jaxsrl.launch.processes import ChildProcess
 from jaxsrl.launch.serial import ThreadSpawner
-from jaxsrl.streams import endpoints, wire
+from jaxsrl.streams import sockets, wire
 from jaxsrl.workers.learner.trainer import TrainerWorker
 from test_end_to_end import SMALL, TWO_POLICIES, TWO_SERVERS_ONE_LEARNER
 from test_faults_helpers import FLAKY_ENV, REPO_ROOT, records, small_args, wait_for
@@ -249,7 +249,7 @@ class InprocServer:
 
     def __init__(self, context: zmq.Context, limit: int | None = None):
         self.router = context.socket(zmq.ROUTER)
-        self.address = endpoints.bind(self.router, endpoints.INPROC, name="fake-server")
+        self.address = sockets.bind(self.router, sockets.INPROC, name="fake-server")
         self.limit, self.answered, self.pings = limit, 0, []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.serve, daemon=True)
@@ -301,7 +301,7 @@ def context():
 def test_actor_thread_exits_when_its_inference_server_goes_silent(context, caplog, limit, message):
     server = InprocServer(context, limit)
     samples = context.socket(zmq.PULL)  # takes every segment
-    actor = _actor(context, server.address, endpoints.bind(samples, endpoints.INPROC, name="samples"),
+    actor = _actor(context, server.address, sockets.bind(samples, sockets.INPROC, name="samples"),
                    startup_timeout_s=1.5)
     try:
         actor.start()
@@ -334,7 +334,7 @@ def test_actor_thread_stops_cleanly_on_terminate(context):
     """``terminate`` is the thread's SIGTERM: the actor leaves its loop and exits 0."""
     server = InprocServer(context)
     samples = context.socket(zmq.PULL)
-    actor = _actor(context, server.address, endpoints.bind(samples, endpoints.INPROC, name="samples"))
+    actor = _actor(context, server.address, sockets.bind(samples, sockets.INPROC, name="samples"))
     try:
         actor.start()
         wait_for(lambda: server.answered >= 5, 60, "the actor to step")

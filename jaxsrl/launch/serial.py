@@ -6,7 +6,7 @@ a thread of this process instead: the same :class:`~jaxsrl.workers.actor.worker.
 (:func:`~jaxsrl.workers.actor.worker.run_actor`, the body of an actor process) with the
 run's ZeroMQ context, and returns a :class:`ThreadProcess`, a ``subprocess.Popen``-like
 handle, so the launcher's watch, restart and stop logic is the one of a local run. The
-servers bind ``inproc://`` endpoints (:data:`jaxsrl.streams.endpoints.INPROC`): the same
+servers bind ``inproc://`` endpoints (:data:`jaxsrl.streams.sockets.INPROC`): the same
 sockets, wire format and checks as over TCP, between threads sharing one context. So a
 plain debugger steps through actor, policy worker and trainer alike, and tests drive the
 workers through their public methods without starting processes.

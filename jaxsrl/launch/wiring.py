@@ -34,7 +34,7 @@ from jaxsrl.launch.supervision import ComponentDied
 from jaxsrl.launch.topology import Assigner, server_names
 from jaxsrl.launch.worker_threads import Kind, WorkerThread
 from jaxsrl.parallel import devices
-from jaxsrl.streams import endpoints, security
+from jaxsrl.streams import security, sockets
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.spaces import action_leaf, space_leaves
 from jaxsrl.workers.inference.policy import PolicyWorker
@@ -149,7 +149,7 @@ def new_run(cfg: Any, flow: Any, logdir: str, clock: Any, placement: Any, spawne
         except ValueError:
             context.destroy(linger=0)
             raise
-        return Run(cfg, flow, logdir, clock, placement, threads, endpoints.INPROC, context,
+        return Run(cfg, flow, logdir, clock, placement, threads, sockets.INPROC, context,
                    actor_threads=threads)
     return Run(cfg, flow, logdir, clock, placement, spawner or local_spawner, cfg.host, context)
 

@@ -218,7 +218,6 @@ class Actor(Worker):
             ready = dict(self.poller.poll(wait_ms))
             if ready:
                 break
-            self._check_stop()
             now = time.monotonic()
             for i in waiting:
                 if now >= self._deadline(i):
