@@ -1,7 +1,7 @@
 """Rung 3, inference: real actor processes + a real policy worker, frozen parameters.
 
 The actors are ``python -m jaxsrl.workers.actor`` processes started exactly like the
-launcher starts them (:class:`jaxsrl.launch.launcher.ActorProcess`); the server is a
+launcher starts them (:class:`jaxsrl.launch.processes.ChildProcess`); the server is a
 :class:`jaxsrl.workers.inference.policy.PolicyWorker` thread serving parameters that never
 change. There is no learner: a PULL socket counts the segments' ``env_steps`` and
 throws the segments away. Reported: env steps/s, the server's batch sizes (its
@@ -16,10 +16,17 @@ import os
 import threading
 import time
 
+import jax
 import numpy as np
 import zmq
 
+from jaxsrl.bench import agentfns
+from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.launch.processes import ChildProcess
+from jaxsrl.parallel import devices
 from jaxsrl.streams import wire
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.workers.inference.policy import PolicyWorker
 
 
 class SegmentSink:
@@ -71,15 +78,6 @@ def actor_spec(cfg, actor_id: int, inference_address: str, sample_address: str,
 def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None,
             sampler_factory=None, start_timeout_s: float = 120.0) -> dict:
     """Serve ``num_actors`` actor processes for ``duration_s`` after warm-up."""
-    import jax  # noqa: PLC0415
-
-    from jaxsrl.parallel import devices  # noqa: PLC0415
-    from jaxsrl.bench import agentfns  # noqa: PLC0415
-    from jaxsrl.launch.launcher import ActorProcess  # noqa: PLC0415
-    from jaxsrl.experiment.metrics import MetricsAccumulator  # noqa: PLC0415
-    from jaxsrl.streams.params import ParameterStore  # noqa: PLC0415
-    from jaxsrl.workers.inference.policy import PolicyWorker  # noqa: PLC0415
-
     b = built or agentfns.build(cfg)
     act = devices.jit_act(b.fns.act, b.mesh)
     store, metrics = ParameterStore(), MetricsAccumulator()
@@ -102,7 +100,7 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
         t_compile = time.perf_counter()
         for i in range(num_actors):
             spec = actor_spec(cfg, i, worker.address, sink.address, agentfns.carry_spec(b.fns))
-            actors.append(ActorProcess(f"bench-actor[{i}]", spec))
+            actors.append(ChildProcess(f"bench-actor[{i}]", spec))
             actors[-1].start()
         if sampler:
             sampler.__enter__()

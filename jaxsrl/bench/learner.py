@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import time
 
+import jax
 import numpy as np
+
+from jaxsrl.bench import agentfns
+from jaxsrl.bench.raw_env import random_actions
+from jaxsrl.core.agent import Trajectory
+from jaxsrl.parallel import devices
+from jaxsrl.streams.carry import CarryCodec
+from jaxsrl.streams.spaces import space_leaves, unflatten_obs
+from jaxsrl.workers.learner.trainer import segment_schema
 
 
 def synthetic_batch(observation_space, action_space, T: int, B: int, fns, seed: int = 0):
     """A host ``Trajectory`` of ``B`` random segments of ``T`` steps."""
-    from jaxsrl.core.agent import Trajectory  # noqa: PLC0415
-    from jaxsrl.bench.raw_env import random_actions  # noqa: PLC0415
-    from jaxsrl.streams.spaces import space_leaves, unflatten_obs  # noqa: PLC0415
-    from jaxsrl.streams.carry import CarryCodec  # noqa: PLC0415
-    from jaxsrl.workers.learner.trainer import segment_schema  # noqa: PLC0415
-
     rng = np.random.default_rng(seed)
     carry = CarryCodec(fns.initial_carry)
     schema = segment_schema(observation_space, action_space, T, carry)
@@ -48,11 +51,6 @@ def synthetic_batch(observation_space, action_space, T: int, B: int, fns, seed: 
 
 def measure(cfg, duration_s: float, built=None, min_calls: int = 3) -> dict:
     """Time ``learn`` on one synthetic batch for ``duration_s`` (at least ``min_calls``)."""
-    import jax  # noqa: PLC0415
-
-    from jaxsrl.parallel import devices  # noqa: PLC0415
-    from jaxsrl.bench import agentfns  # noqa: PLC0415
-
     b = built or agentfns.build(cfg)
     n_dev = b.mesh.size
     B, T = cfg.batch_segments, cfg.segment_length

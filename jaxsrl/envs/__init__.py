@@ -20,6 +20,7 @@ import gymnasium
 
 from jaxsrl.envs import atari
 from jaxsrl.envs.gym_vector import GymVectorEnv, single_spaces
+from jaxsrl.envs.multi_agent import MultiAgentVectorEnv
 from jaxsrl.core.imports import import_module, is_reference
 
 #: multi-agent environments of jaxsrl: name -> (module, factory keyword defaults).
@@ -88,7 +89,6 @@ def make_actor_env(env_id: str, num_envs: int, seed: int, env_kwargs: dict | Non
     check_env_name(env_id)
     factory = multi_agent_factory(env_id)
     if factory is not None:
-        from jaxsrl.envs.multi_agent import MultiAgentVectorEnv  # noqa: PLC0415
         return MultiAgentVectorEnv(factory, dict(env_kwargs or {}), num_envs, seed)
     if atari.is_atari(env_id):
         return GymVectorEnv(env_id, num_envs, seed, env_fn=atari.env_fn(env_id, env_kwargs),

@@ -14,7 +14,7 @@ Gymnasium envs are built with ``gymnasium.make(env, render_mode="rgb_array")``;
 jaxsrl's multi-agent envs (hide-and-seek) with their module's ``make_env``. All agents
 of a multi-agent env that share a policy are stacked into one batch for ``act``; with a
 policy per team (a ``teams`` dataflow), each team's agents use their own policy.
-Used by ``scripts/evaluate.py``.
+Used by :mod:`jaxsrl.cli.evaluate` (``scripts/evaluate.py``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,15 @@ import warnings
 from typing import Any, Callable
 
 import gymnasium
+import imageio.v2 as imageio
 import jax
 import numpy as np
 
+from agents import get_agent
 from jaxsrl.core.agent import Agent, AgentFns, EnvSpec
-from jaxsrl.envs import env_spaces, is_multi_agent
+from jaxsrl.envs import env_spaces, is_multi_agent, make_env
+from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
 
 log = logging.getLogger("jaxsrl.tools.evaluation")
 
@@ -129,7 +133,6 @@ def agent_config_from_dict(config_cls: type, data: dict | None) -> Any:
 def team_policies(config: dict) -> dict:
     """``team -> policy`` for the first actor group of the run's dataflow (``None``:
     every agent)."""
-    from jaxsrl.experiment.dataflow import Dataflow, default_dataflow  # noqa: PLC0415
     flow = (Dataflow.from_dict(config["dataflow"]) if config.get("dataflow")
             else default_dataflow(int(config.get("num_actors", 1))))
     learner = {t.sample_stream: t.policy for t in flow.trainers}
@@ -151,7 +154,6 @@ def restore_params(policy_dir: str, fns: AgentFns, step: int | None = None) -> P
     Raises:
       FileNotFoundError: no such folder, or no checkpoint in it.
     """
-    from jaxsrl.experiment.checkpoint import Checkpointer  # noqa: PLC0415 (imports Orbax)
     if not os.path.isdir(policy_dir):
         raise FileNotFoundError(f"no checkpoint folder {policy_dir}")
     like = {"agent": fns.init(jax.random.PRNGKey(0)), "rng": jax.random.PRNGKey(0)}
@@ -187,7 +189,6 @@ def load_run(logdir: str | None = None, checkpoint: str | None = None,
       FileNotFoundError: missing config or checkpoint.
       ValueError: neither ``logdir`` nor ``checkpoint``, or an unknown agent/policy.
     """
-    from agents import get_agent  # noqa: PLC0415
     chosen: tuple[str, int | None] | None = None
     if checkpoint is not None:
         policy_dir, step = split_checkpoint_path(checkpoint)
@@ -288,7 +289,6 @@ def make_eval_env(config: dict, render: bool) -> Any:
     if render:  # pygame-based renderers (classic control) must not look for a display
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-    from jaxsrl.envs import make_env  # noqa: PLC0415  (Atari: the training preprocessing, full games)
     return make_env(env_id, env_kwargs, render_mode="rgb_array" if render else None)
 
 
@@ -454,7 +454,6 @@ def write_video(path: str, frames: list, fps: float) -> str:
     An ``.mp4`` without ``imageio-ffmpeg`` installed is written as a ``.gif`` beside
     it instead (with a warning). Returns the path actually written.
     """
-    import imageio.v2 as imageio  # noqa: PLC0415
     frames = [np.asarray(f, np.uint8) for f in frames if f is not None]
     if not frames:
         raise ValueError("no frames to write (does the env render rgb_array frames?)")
