@@ -42,7 +42,7 @@ def child_main(payload: dict) -> int:
     """Resolve the config, apply the overrides and train until SIGTERM."""
     die_with_parent(payload.get("parent_pid"))  # with the benchmark process, as actors with train
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
-                        datefmt="%H:%M:%S")
+                        datefmt="%H:%M:%S", force=True)  # Orbax's import set up the root logger
     logging.getLogger("absl").setLevel(logging.WARNING)
     cfg = dataclasses.replace(load_config(payload["argv"]), **payload["overrides"])
     horizon = cfg.batch_segments * cfg.segment_length * UPDATES_HORIZON

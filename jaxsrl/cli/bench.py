@@ -127,7 +127,8 @@ def rerender(json_path: str, md_path: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s",
+                        force=True)  # importing Orbax gave the root logger a handler already
     args, rest = parser().parse_known_args(argv)
     out_json, out_md = report_paths(args)
     if args.from_json:

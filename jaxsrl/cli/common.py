@@ -11,11 +11,14 @@ import sys
 def configure_logging(absl_level: int = logging.WARNING) -> None:
     """INFO records as ``HH:MM:SS name message`` on stderr; JAX's backend notes silenced.
 
+    Replaces the root logger's handlers (``force``): importing Orbax already gave it
+    one (absl's logging calls ``logging.basicConfig()`` when the root has none).
+
     Args:
       absl_level: level of the ``absl`` logger (Orbax logs through it).
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
-                        datefmt="%H:%M:%S")
+                        datefmt="%H:%M:%S", force=True)
     logging.getLogger("absl").setLevel(absl_level)
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
 
