@@ -22,6 +22,11 @@ import subprocess
 import sys
 import time
 
+from jaxsrl.bench import procs
+from jaxsrl.bench.memory import MemorySampler
+from jaxsrl.core.child import die_with_parent
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import train
 from jaxsrl.experiment.run_dir import RunDir
 
 #: what every benchmark run overrides (and why): no early stop, so the parent decides
@@ -36,22 +41,14 @@ UPDATES_HORIZON = 2**18
 
 def child_main(payload: dict) -> int:
     """Resolve the config, apply the overrides and train until SIGTERM."""
-    try:  # die with the benchmark process (Linux), like the actors die with train
-        import ctypes  # noqa: PLC0415
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
+    die_with_parent(payload.get("parent_pid"))  # with the benchmark process, as actors with train
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
-                        datefmt="%H:%M:%S")
+                        datefmt="%H:%M:%S", force=True)  # Orbax's import set up the root logger
     logging.getLogger("absl").setLevel(logging.WARNING)
-    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
-
     cfg = dataclasses.replace(load_config(payload["argv"]), **payload["overrides"])
     horizon = cfg.batch_segments * cfg.segment_length * UPDATES_HORIZON
     cfg = dataclasses.replace(cfg, total_env_steps=max(cfg.total_env_steps, horizon))
     cfg.validate()
-    from jaxsrl.launch.launcher import train  # noqa: PLC0415
-
     try:
         train(cfg)
     except KeyboardInterrupt:
@@ -113,16 +110,14 @@ def summarize(records: list[dict], warmup_intervals: int) -> dict:
 def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, measure_s: float,
         timeout_s: float = 180.0, sample_memory: bool = True) -> dict:
     """One training run in a child process, measured and stopped (see module docstring)."""
-    from jaxsrl.bench import procs  # noqa: PLC0415
-    from jaxsrl.bench.memory import MemorySampler  # noqa: PLC0415
-
     os.makedirs(logdir, exist_ok=True)
     run_dir = os.path.join(logdir, "run")  # the run folder holds the run's files only
     overrides = {**BASE_OVERRIDES, **overrides, "logdir": run_dir}
     log_path = os.path.join(logdir, "train.log")
     with open(log_path, "w") as log_file:
         child = procs.start_module("jaxsrl.bench.end_to_end",
-                                   {"argv": list(argv), "overrides": overrides},
+                                   {"argv": list(argv), "overrides": overrides,
+                                    "parent_pid": os.getpid()},
                                    pipes=False, stdout=log_file, stderr=subprocess.STDOUT)
     sampler = MemorySampler(child.pid, root_kind="accelerator") if sample_memory else None
     t0 = time.monotonic()

@@ -17,9 +17,16 @@ import os
 import threading
 import time
 
+import jax
 import zmq
 
+from jaxsrl.bench import agentfns
+from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.launch.processes import ChildProcess
+from jaxsrl.parallel import devices
 from jaxsrl.streams import wire
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.workers.inference.policy import PolicyWorker
 from jaxsrl.streams.sockets import bind, open_socket
 
 
@@ -70,15 +77,6 @@ def actor_spec(cfg, actor_id: int, inference_address: str, sample_address: str,
 def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None,
             sampler_factory=None, start_timeout_s: float = 120.0) -> dict:
     """Serve ``num_actors`` actor processes for ``duration_s`` after warm-up."""
-    import jax  # noqa: PLC0415
-
-    from jaxsrl.parallel import devices  # noqa: PLC0415
-    from jaxsrl.bench import agentfns  # noqa: PLC0415
-    from jaxsrl.launch.processes import ChildProcess  # noqa: PLC0415
-    from jaxsrl.experiment.metrics import MetricsAccumulator  # noqa: PLC0415
-    from jaxsrl.streams.params import ParameterStore  # noqa: PLC0415
-    from jaxsrl.workers.inference.policy import PolicyWorker  # noqa: PLC0415
-
     b = built or agentfns.build(cfg)
     act = devices.jit_act(b.fns.act, b.mesh)
     store, metrics = ParameterStore(), MetricsAccumulator()

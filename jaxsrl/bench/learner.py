@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import time
 
+import jax
 import numpy as np
+
+from jaxsrl.bench import agentfns
+from jaxsrl.bench.raw_env import random_actions
+from jaxsrl.parallel import devices
+from jaxsrl.streams.carry import CarryCodec
+from jaxsrl.streams.segment import segment_schema, to_trajectory
 
 
 def synthetic_batch(observation_space, action_space, T: int, B: int, fns, seed: int = 0):
     """A host ``Trajectory`` of ``B`` random segments of ``T`` steps."""
-    from jaxsrl.bench.raw_env import random_actions  # noqa: PLC0415
-    from jaxsrl.streams.carry import CarryCodec  # noqa: PLC0415
-    from jaxsrl.streams.segment import segment_schema, to_trajectory  # noqa: PLC0415
-
     rng = np.random.default_rng(seed)
     carry = CarryCodec(fns.initial_carry)
     schema = segment_schema(observation_space, action_space, T, carry)
@@ -39,11 +42,6 @@ def synthetic_batch(observation_space, action_space, T: int, B: int, fns, seed: 
 
 def measure(cfg, duration_s: float, built=None, min_calls: int = 3) -> dict:
     """Time ``learn`` on one synthetic batch for ``duration_s`` (at least ``min_calls``)."""
-    import jax  # noqa: PLC0415
-
-    from jaxsrl.parallel import devices  # noqa: PLC0415
-    from jaxsrl.bench import agentfns  # noqa: PLC0415
-
     b = built or agentfns.build(cfg)
     n_dev = b.mesh.size
     B, T = cfg.batch_segments, cfg.segment_length

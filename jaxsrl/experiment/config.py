@@ -24,8 +24,11 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Sequence
 
 import tyro
 
+from agents import AGENTS, get_agent
+from jaxsrl.envs import check_env_name
 from jaxsrl.experiment import config_layers as layers
 from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
+from jaxsrl.streams.security import check_curve_available
 from jaxsrl.experiment.run_dir import RunDir
 
 
@@ -207,7 +210,6 @@ class RunConfig:
             raise ValueError("--resume and --overwrite contradict each other: continue the run "
                              "in --logdir or replace it, not both")
         if self.curve:
-            from jaxsrl.streams.security import check_curve_available  # noqa: PLC0415
             check_curve_available()
         agent_cfg = getattr(self, self.agent_field or self.agent, None)
         minibatches = getattr(agent_cfg, "num_minibatches", 1)
@@ -328,8 +330,6 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
         ``--env_kwargs`` flag, or an impossible value — before any process starts.
       SystemExit: bad flags (tyro prints the error and the valid flags).
     """
-    from agents import AGENTS, get_agent  # noqa: PLC0415  (agents import this module's users)
-    from jaxsrl.envs import check_env_name  # noqa: PLC0415
     agents = AGENTS if agents is None else agents
     args = list(sys.argv[1:] if args is None else args)
     pre = argparse.ArgumentParser(add_help=False)

@@ -14,7 +14,7 @@ Gymnasium envs are built with ``gymnasium.make(env, render_mode="rgb_array")``;
 jaxsrl's multi-agent envs (hide-and-seek) with their module's ``make_env``. All agents
 of a multi-agent env that share a policy are stacked into one batch for ``act``; with a
 policy per team (a ``teams`` dataflow), each team's agents use their own policy.
-Used by ``scripts/evaluate.py``.
+Used by :mod:`jaxsrl.cli.evaluate` (``scripts/evaluate.py``).
 """
 
 from __future__ import annotations

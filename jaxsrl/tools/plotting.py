@@ -12,7 +12,7 @@ for. When the runs report episode statistics
 Runs with the same label (default: the agent name from ``config.json``) form a group
 drawn in one colour: each run as a thin line and, with two or more runs, their mean
 (bold) and +-1 std (shaded), or with ``band="median"`` their median (bold) and min-max
-range (shaded), on the x range all of them cover. Used by ``scripts/plot.py``.
+range (shaded), on the x range all of them cover. Used by :mod:`jaxsrl.cli.plot` (``scripts/plot.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import os
 from typing import Sequence
 
 import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure  # headless: no pyplot, no display
 
 from jaxsrl.experiment.run_dir import RunDir
 
@@ -211,8 +213,6 @@ def _draw_references(ax, references: Sequence[tuple]) -> None:
 def _figure(panels: list, runs: list, smoothing: float, path: str, title: str, cols: int,
             references: Sequence[tuple] = (), time_references: Sequence[tuple] = (),
             band: str = "mean") -> str:
-    from matplotlib.figure import Figure  # noqa: PLC0415 (headless: no pyplot, no display)
-    from matplotlib import colormaps  # noqa: PLC0415
     cols = max(1, min(cols, len(panels)))
     rows = math.ceil(len(panels) / cols)
     fig = Figure(figsize=(4.6 * cols, 3.3 * rows), layout="constrained")
