@@ -117,7 +117,7 @@ def test_help_lists_builtin_agents_config_files_and_env_kwargs(capsys):
     with pytest.raises(SystemExit):
         load_config(["--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "Built-in agents: dqn, impala, ppo" in out
+    assert "Built-in agents: dqn, impala, ppo, sac" in out
     assert "--config FILE" in out and "--env_kwargs.KEY=VALUE" in out
     assert "--overwrite" in out
 
