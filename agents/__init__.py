@@ -3,7 +3,7 @@ through an import (any :class:`~jaxsrl.core.agent.Agent` object in an importable
 
 from __future__ import annotations
 
-from agents import impala, ppo, sac
+from agents import dqn, impala, ppo, sac
 from jaxsrl.core.agent import Agent
 from jaxsrl.core.imports import import_object, is_reference
 
@@ -11,6 +11,7 @@ AGENTS: dict[str, Agent] = {
     ppo.AGENT.name: ppo.AGENT,
     impala.AGENT.name: impala.AGENT,
     sac.AGENT.name: sac.AGENT,
+    dqn.AGENT.name: dqn.AGENT,
 }
 
 HYPERPARAMETERS: dict[str, tuple[str, ...]] = {

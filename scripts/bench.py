@@ -1,19 +1,12 @@
 """The benchmark ladder: ``python scripts/bench.py [--quick] [--env=CartPole-v1] [train flags]``.
 
-Measures raw environment speed, transport, inference, learner, end-to-end training and
-its scaling with the number of actor processes on this machine, plus peak memory per
-process kind; prints a table and writes ``docs/benchmarks.json`` and
-``docs/benchmarks.md`` (see ``--help`` and ``jaxsrl/bench/``).
+The same as ``jaxsrl-bench`` (``--help`` lists the flags); the command line is
+:mod:`jaxsrl.cli.bench`. Needs jaxsrl importable: ``pip install -e .`` in this checkout.
 """
 
-from __future__ import annotations
-
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from jaxsrl.bench.cli import main  # noqa: E402
+from jaxsrl.cli.bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,87 +1,12 @@
 """Evaluate a trained policy: ``python scripts/evaluate.py --logdir LOGDIR [options]``.
 
-Loads the newest checkpoint of a run (or ``--checkpoint LOGDIR/checkpoints/<policy>[/<step>]``),
-rebuilds the agent from ``LOGDIR/config.json``, runs ``--episodes`` episodes in this
-process and prints the mean and std of the return (per team for hide-and-seek)::
-
-    python scripts/evaluate.py --logdir runs/cp --episodes 20
-    python scripts/evaluate.py --logdir runs/cp --video cp.mp4       # or cp.gif
-    python scripts/evaluate.py --checkpoint runs/cp/checkpoints/default/120 --sample
-
-Actions are the policy's most likely ones unless ``--sample``. MP4 needs the
-``imageio-ffmpeg`` package (without it a GIF is written instead). Exit code 0 on
-success, 2 for a missing run/checkpoint or a bad option.
+The same as ``jaxsrl-evaluate`` (``--help`` lists the flags); the command line is
+:mod:`jaxsrl.cli.evaluate`. Needs jaxsrl importable: ``pip install -e .`` in this checkout.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import logging
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(1, os.getcwd())  # --agent/--env module:NAME in this directory, as python -m finds it
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--logdir", help="run folder (config.json, checkpoints/)")
-    src.add_argument("--checkpoint", help="LOGDIR/checkpoints/<policy> (newest) or .../<policy>/<step>")
-    p.add_argument("--config", default=None, help="config.json to use instead of the run's")
-    p.add_argument("--policy", default=None,
-                   help="use this policy for every agent (default: the run's team mapping)")
-    p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
-    p.add_argument("--sample", action="store_true",
-                   help="sample actions as in training (default: deterministic, most likely action)")
-    p.add_argument("--seed", type=int, default=0, help="episode i resets the env with seed + i")
-    p.add_argument("--max_steps", type=int, default=None, help="cut episodes after this many steps")
-    p.add_argument("--video", default=None, help="write a video of one episode (.mp4 or .gif)")
-    p.add_argument("--video_episode", type=int, default=0, help="which episode to record (default 0)")
-    p.add_argument("--video_every", type=int, default=1, help="keep every n-th frame")
-    p.add_argument("--video_fps", type=float, default=None,
-                   help="frames per second (default: the env's render_fps / video_every)")
-    p.add_argument("--json", default=None, help="also write the summary and episodes as JSON here")
-    return p.parse_args(argv)
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
-                        datefmt="%H:%M:%S")
-    for name in ("absl", "jax._src.xla_bridge"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    if args.episodes < 1 or args.video_every < 1:
-        print("evaluate.py: error: --episodes and --video_every must be >= 1", file=sys.stderr)
-        return 2
-    if args.video is not None and not 0 <= args.video_episode < args.episodes:
-        print("evaluate.py: error: --video_episode must be in [0, --episodes)", file=sys.stderr)
-        return 2
-    import gymnasium  # noqa: PLC0415
-    from jaxsrl.tools import evaluation# noqa: PLC0415  (imports JAX)
-    try:
-        run = evaluation.load_run(logdir=args.logdir, checkpoint=args.checkpoint,
-                                  config_path=args.config, policy=args.policy)
-        result = evaluation.evaluate(
-            run, episodes=args.episodes, deterministic=not args.sample, seed=args.seed,
-            video=args.video, video_episode=args.video_episode, video_every=args.video_every,
-            video_fps=args.video_fps, max_steps=args.max_steps)
-    except (FileNotFoundError, ValueError, KeyError,
-            gymnasium.error.DependencyNotInstalled) as exc:  # e.g. pygame for CartPole frames
-        print(f"evaluate.py: error: {exc}", file=sys.stderr)
-        return 2
-    summary = result.summary()
-    print(evaluation.format_summary(run, summary))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"summary": summary, "episodes": result.episodes,
-                       "checkpoints": {k: v.path for k, v in run.policies.items()}}, f, indent=2)
-    return 0
-
+from jaxsrl.cli.evaluate import main
 
 if __name__ == "__main__":
     sys.exit(main())

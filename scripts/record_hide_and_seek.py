@@ -10,15 +10,11 @@ The renderer is a 2-D PIL drawing, so no display or GPU is needed.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import imageio.v2 as imageio
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from jaxsrl.envs.hide_and_seek import make_env  # noqa: E402
+from jaxsrl.envs.hide_and_seek import make_env
 
 
 def record(variant: str, out: str, seed: int, fps: float, every: int) -> int:

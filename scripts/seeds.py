@@ -1,6 +1,6 @@
 """Several seeds of one training command: ``python scripts/seeds.py --root DIR --seeds 0 1 2 -- TRAIN_ARGS``.
 
-Each seed trains in ``DIR/seed_<s>`` (``scripts/train.py TRAIN_ARGS --seed=s``), is then
+Each seed trains in ``DIR/seed_<s>`` (``python -m jaxsrl.cli.train TRAIN_ARGS --seed=s``), is then
 evaluated deterministically, and ``DIR/summary.json`` plus a printed table give each
 seed's returns, the first env step and time from launch at which the training return
 reached ``--threshold``, and the medians. See ``jaxsrl/tools/multiseed.py``.
@@ -9,12 +9,9 @@ reached ``--threshold``, and the medians. See ``jaxsrl/tools/multiseed.py``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from jaxsrl.tools import multiseed  # noqa: E402
+from jaxsrl.tools import multiseed
 
 
 def main(argv=None) -> int:

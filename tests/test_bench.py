@@ -8,7 +8,8 @@ import sys
 
 import psutil
 
-from jaxsrl.bench import cli, report
+from jaxsrl.bench import report
+from jaxsrl.cli import bench as cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=4", "--segment_length=8",

@@ -21,8 +21,8 @@ def test_defaults_toml_and_flags_resolve_in_order(tmp_path):
 
 
 def test_unknown_agent_lists_valid_ones():
-    with pytest.raises(ValueError, match="unknown agent 'dqn'.*'ppo'"):
-        load_config(["--agent=dqn"])
+    with pytest.raises(ValueError, match="unknown agent 'nosuchagent'.*'ppo'"):
+        load_config(["--agent=nosuchagent"])
 
 
 def test_unknown_environment_is_named():

@@ -59,8 +59,8 @@ def test_bad_values_in_a_toml_file_are_named(tmp_path):
 
 
 def test_unknown_agent_and_environment_list_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown agent 'dqn'; valid agents: \[.*'ppo'.*\]"):
-        load_config(["--agent=dqn"])
+    with pytest.raises(ValueError, match=r"unknown agent 'nosuchagent'; valid agents: \[.*'dqn'.*'ppo'.*\]"):
+        load_config(["--agent=nosuchagent"])
     with pytest.raises(ValueError, match=r"unknown environment 'Nope-v0'.*hide_and_seek"):
         load_config(["--env=Nope-v0"])
 

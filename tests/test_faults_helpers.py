@@ -200,8 +200,7 @@ class Servers:
             assert w.serving.wait(60) and w.error is None, w.error
 
     def counter(self, name: str) -> int:
-        with self.metrics._lock:
-            return self.metrics._counters[name]
+        return self.metrics.counter(name)
 
     def close(self):
         for w in (self.trainer, self.policy):

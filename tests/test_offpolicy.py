@@ -70,7 +70,7 @@ class Driven:
         self.metrics = MetricsAccumulator()
         state = devices.put_replicated(Count(jnp.int32(version)), mesh)
         self.worker = ReplayTrainer(
-            "test-replay", "p", replay_setup.jit_learn(fns, mesh),
+            "test-replay", "p", devices.jit_replay_learn(fns.learn, mesh),
             lambda b: devices.put_batch(b, mesh), state, jax.random.PRNGKey(0), version, OBS,
             ACTIONS, T, 1, ParameterStore(), self.metrics, checkpointer=checkpointer,
             max_rows=ROWS, fns=fns, planned_updates=100, **kwargs)

@@ -1,6 +1,7 @@
 """Inference server over real ZeroMQ sockets: batching, answers, malformed requests."""
 
 import threading
+import time
 
 import gymnasium
 import jax
@@ -85,3 +86,21 @@ def test_malformed_request_is_dropped_and_server_keeps_serving(server, frames):
     np.testing.assert_array_equal(reply.arrays["action"], [0, 1, 2])
     assert metrics.snapshot(1.0)["dropped_requests"] == 1
     sock.close()
+
+
+def test_batch_latency_percentiles_and_batch_count_go_to_the_metrics(server):
+    """Each answered batch adds one latency sample (``inference/latency_ms_p50``/``_p99``
+    in the interval's record) and one to the ``inference/batches`` counter."""
+    worker, metrics = server
+    sock = _client(worker.address)
+    for g in range(5):
+        _ask(sock, np.zeros((2, 3), np.float32), group=g)
+    sock.close()
+    deadline = time.monotonic() + 20  # the last batch is counted just after its reply
+    while metrics.counter("inference/batches") < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert metrics.counter("inference/batches") == 5
+    record = metrics.snapshot(1.0)
+    assert 0 < record["inference/latency_ms_p50"] <= record["inference/latency_ms_p99"]
+    assert "inference/latency_ms_p50" not in metrics.snapshot(1.0)  # per interval
+    assert metrics.counter("inference/batches") == 5  # run-long

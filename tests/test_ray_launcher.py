@@ -129,7 +129,7 @@ def test_config_checks_of_ray_fields():
 
 def test_launcher_ray_without_ray_installed_is_a_one_line_error(tmp_path):
     (tmp_path / "ray.py").write_text("raise ImportError('No module named ray')\n")  # shadows Ray
-    env = {**_env(), "PYTHONPATH": str(tmp_path)}
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path), REPO_ROOT])}  # ray.py first
     out = subprocess.run([sys.executable, TRAIN, "--launcher=ray"], env=env, capture_output=True,
                          text=True, timeout=120, check=False)
     assert out.returncode == 2

@@ -157,3 +157,15 @@ def test_validity_flags_are_stacked_into_the_trajectory(trainer_factory):
     plain.send(2, version=0)
     plain.wait_version(1)
     assert int(plain.worker.state.valid_steps) == -1  # Trajectory.valid is None
+
+
+def test_per_stage_timers_reach_the_metrics(trainer_factory):
+    """Each update records how long it took, how long the learner waited for its batch
+    and how long publishing the parameters took (milliseconds, means per interval)."""
+    t = trainer_factory()
+    t.send(4, version=0)
+    t.wait_version(2)
+    record = t.metrics.snapshot(1.0)
+    for key in ("learner/update_ms", "learner/batch_wait_ms", "learner/publish_ms"):
+        assert isinstance(record[key], float) and record[key] >= 0, (key, record.get(key))
+    assert record["learner/publish_ms"] <= record["learner/update_ms"]

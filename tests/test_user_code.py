@@ -106,7 +106,7 @@ def test_an_agent_of_your_own_module_is_used_by_reference():
     ("nosuchmodule_xyz:AGENT", "cannot import module 'nosuchmodule_xyz'"),
     ("examples.a2c:NOPE", "module 'examples.a2c' has no attribute 'NOPE'"),
     ("examples.a2c:A2CConfig", "is a type, not a jaxsrl.core.agent.Agent"),
-    ("dqn", "unknown agent 'dqn'.*package.module:AGENT"),
+    ("nosuchagent", "unknown agent 'nosuchagent'.*package.module:AGENT"),
 ])
 def test_bad_agent_references_name_the_problem(agent, match):
     with pytest.raises(ValueError, match=match):
@@ -117,7 +117,7 @@ def test_help_lists_builtin_agents_config_files_and_env_kwargs(capsys):
     with pytest.raises(SystemExit):
         load_config(["--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "Built-in agents: impala, ppo" in out
+    assert "Built-in agents: dqn, impala, ppo, sac" in out
     assert "--config FILE" in out and "--env_kwargs.KEY=VALUE" in out
     assert "--overwrite" in out
 

@@ -14,7 +14,7 @@ plus the peak resident memory of each process kind. One module per job:
 :mod:`~jaxsrl.bench.inference`, :mod:`~jaxsrl.bench.learner`,
 :mod:`~jaxsrl.bench.end_to_end` (rungs); :mod:`~jaxsrl.bench.memory` (RSS sampling),
 :mod:`~jaxsrl.bench.machine` (what ran it), :mod:`~jaxsrl.bench.rungs` (runs the
-ladder), :mod:`~jaxsrl.bench.report` (targets, bottleneck, JSON and Markdown),
-:mod:`~jaxsrl.bench.cli` (the command line). Importing this package imports no JAX
+ladder), :mod:`~jaxsrl.bench.report` (targets, bottleneck, JSON and Markdown);
+and :mod:`jaxsrl.cli.bench` the command line. Importing this package imports no JAX
 (the raw-environment and echo-server child processes use it).
 """

@@ -1,9 +1,14 @@
-"""Build the configured agent's pure functions and the device mesh, as the launcher does."""
+"""Build the configured agent's pure functions and the device mesh, as the launcher does
+(through :mod:`jaxsrl.experiment.agent_build`)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, NamedTuple
+
+from jaxsrl.experiment.agent_build import factory_of_run
+from jaxsrl.parallel import devices
+from jaxsrl.parallel.compile_cache import enable_compilation_cache
+from jaxsrl.streams.carry import CarryCodec
 
 
 class Built(NamedTuple):
@@ -23,42 +28,18 @@ class Built(NamedTuple):
     rows_per_env: int
 
 
-def enable_compilation_cache(cfg) -> None:
-    """Use the run config's persistent XLA cache, like ``jaxsrl.launch.launcher.train``."""
-    import jax  # noqa: PLC0415
-
-    if cfg.compilation_cache_dir:
-        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cfg.compilation_cache_dir))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-
-
-def rows_per_env(cfg) -> int:
-    """Agents per environment of ``cfg.env`` (1 where the registry has no teams)."""
-    from jaxsrl import envs  # noqa: PLC0415
-
-    teams = getattr(envs, "env_teams", None)
-    return len(teams(cfg.env, cfg.env_kwargs)) if teams else 1
-
-
 def build(cfg) -> Built:
-    """``agent.make`` for ``cfg``'s agent and environment, plus the local mesh."""
-    from agents import get_agent  # noqa: PLC0415
-    from jaxsrl.parallel import devices  # noqa: PLC0415
-    from jaxsrl.core.agent import EnvSpec  # noqa: PLC0415
-    from jaxsrl.envs import env_spaces  # noqa: PLC0415
-
-    enable_compilation_cache(cfg)
-    obs_space, action_space = env_spaces(cfg.env, cfg.env_kwargs)
-    rows = rows_per_env(cfg)
-    num_updates = cfg.num_updates  # a method (rows per env) or, in older configs, a property
-    num_updates = num_updates(rows) if callable(num_updates) else num_updates
-    fns = get_agent(cfg.agent).make(cfg.agent_config(), EnvSpec(obs_space, action_space),
-                                    num_updates)
-    return Built(fns, obs_space, action_space, devices.local_mesh(), rows)
+    """``agent.make`` for ``cfg``'s agent and environment (learning-rate schedules planned
+    as for a run feeding every agent to one policy), plus the local mesh; uses the run
+    config's XLA cache like ``jaxsrl.launch.launcher.train``."""
+    enable_compilation_cache(cfg.compilation_cache_dir)
+    factory = factory_of_run(cfg)
+    rows = factory.env.rows_of(None)
+    fns = factory.make(cfg.num_updates(rows))
+    return Built(fns, factory.env.observation_space, factory.env.action_space,
+                 devices.local_mesh(), rows)
 
 
 def carry_spec(fns) -> list:
     """``[[name, dtype, shape], ...]`` of the agent's recurrent state on the wire."""
-    from jaxsrl.streams.carry import CarryCodec  # noqa: PLC0415
-
     return CarryCodec(fns.initial_carry).spec()

@@ -22,6 +22,13 @@ import subprocess
 import sys
 import time
 
+from jaxsrl.bench import procs
+from jaxsrl.bench.memory import MemorySampler
+from jaxsrl.core.child import die_with_parent
+from jaxsrl.experiment.config import load_config
+from jaxsrl.launch.launcher import train
+from jaxsrl.experiment.run_dir import RunDir
+
 #: what every benchmark run overrides (and why): no early stop, so the parent decides
 #: when to stop; no periodic checkpoint inside the measured window.
 BASE_OVERRIDES = {"target_return": None, "checkpoint_interval_s": 1e9, "resume": False,
@@ -34,22 +41,14 @@ UPDATES_HORIZON = 2**18
 
 def child_main(payload: dict) -> int:
     """Resolve the config, apply the overrides and train until SIGTERM."""
-    try:  # die with the benchmark process (Linux), like the actors die with train
-        import ctypes  # noqa: PLC0415
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
+    die_with_parent(payload.get("parent_pid"))  # with the benchmark process, as actors with train
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
-                        datefmt="%H:%M:%S")
+                        datefmt="%H:%M:%S", force=True)  # Orbax's import set up the root logger
     logging.getLogger("absl").setLevel(logging.WARNING)
-    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
-
     cfg = dataclasses.replace(load_config(payload["argv"]), **payload["overrides"])
     horizon = cfg.batch_segments * cfg.segment_length * UPDATES_HORIZON
     cfg = dataclasses.replace(cfg, total_env_steps=max(cfg.total_env_steps, horizon))
     cfg.validate()
-    from jaxsrl.launch.launcher import train  # noqa: PLC0415
-
     try:
         train(cfg)
     except KeyboardInterrupt:
@@ -58,19 +57,11 @@ def child_main(payload: dict) -> int:
 
 
 def read_records(logdir: str) -> list[dict]:
-    path = os.path.join(logdir, "metrics.jsonl")
-    if not os.path.exists(path):
+    """The interval records of a run's ``metrics.jsonl`` so far (not the closing one)."""
+    try:
+        return RunDir(logdir).read_metrics(final=False)
+    except FileNotFoundError:
         return []
-    out = []
-    with open(path) as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:  # a line being written
-                break
-            if not record.get("final"):  # the closing line has counters only, no rates
-                out.append(record)
-    return out
 
 
 def _mean(values):
@@ -101,6 +92,11 @@ def summarize(records: list[dict], warmup_intervals: int) -> dict:
         "interval_fps_max": max(fps),
         "updates_per_s": (e.get("policy_version", 0) - s.get("policy_version", 0)) / dt,
         "batch_rows_mean": _mean([r.get("inference/batch_rows") for r in window]),
+        # per-stage timers (ms), means over the measured intervals
+        "learner_update_ms": _mean([r.get("learner/update_ms") for r in window]),
+        "learner_batch_wait_ms": _mean([r.get("learner/batch_wait_ms") for r in window]),
+        "inference_latency_ms_p50": _mean([r.get("inference/latency_ms_p50") for r in window]),
+        "inference_latency_ms_p99": _mean([r.get("inference/latency_ms_p99") for r in window]),
         "staleness_mean": _mean([r.get("staleness_mean") for r in window]),
         "actor_wait_fraction": _mean([wait_fraction(r) for r in window]),
         "episode_return_mean_last": e.get("episode_return_mean"),
@@ -114,16 +110,14 @@ def summarize(records: list[dict], warmup_intervals: int) -> dict:
 def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, measure_s: float,
         timeout_s: float = 180.0, sample_memory: bool = True) -> dict:
     """One training run in a child process, measured and stopped (see module docstring)."""
-    from jaxsrl.bench import procs  # noqa: PLC0415
-    from jaxsrl.bench.memory import MemorySampler  # noqa: PLC0415
-
     os.makedirs(logdir, exist_ok=True)
     run_dir = os.path.join(logdir, "run")  # the run folder holds the run's files only
     overrides = {**BASE_OVERRIDES, **overrides, "logdir": run_dir}
     log_path = os.path.join(logdir, "train.log")
     with open(log_path, "w") as log_file:
         child = procs.start_module("jaxsrl.bench.end_to_end",
-                                   {"argv": list(argv), "overrides": overrides},
+                                   {"argv": list(argv), "overrides": overrides,
+                                    "parent_pid": os.getpid()},
                                    pipes=False, stdout=log_file, stderr=subprocess.STDOUT)
     sampler = MemorySampler(child.pid, root_kind="accelerator") if sample_memory else None
     t0 = time.monotonic()
@@ -164,12 +158,7 @@ def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, me
         raise RuntimeError(f"{exc} ({stopped_early or 'stopped'}); last log lines:\n{tail}") from None
     if stopped_early:
         out["note"] = stopped_early
-    resolved = {}
-    try:
-        with open(os.path.join(run_dir, "config.json")) as f:
-            resolved = json.load(f)
-    except (OSError, json.JSONDecodeError):
-        pass
+    resolved = RunDir(run_dir).config_or_empty()
     flow = resolved.get("dataflow") or {}
     out["num_actors"] = (sum(int(a.get("count", 0)) for a in flow.get("actors", []))
                          if flow else resolved.get("num_actors", overrides.get("num_actors")))

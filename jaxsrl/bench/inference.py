@@ -1,12 +1,13 @@
 """Rung 3, inference: real actor processes + a real policy worker, frozen parameters.
 
 The actors are ``python -m jaxsrl.workers.actor`` processes started exactly like the
-launcher starts them (:class:`jaxsrl.launch.launcher.ActorProcess`); the server is a
+launcher starts them (:class:`jaxsrl.launch.processes.ChildProcess`); the server is a
 :class:`jaxsrl.workers.inference.policy.PolicyWorker` thread serving parameters that never
 change. There is no learner: a PULL socket counts the segments' ``env_steps`` and
-throws the segments away. Reported: env steps/s, the server's batch sizes (its
-``inference/batch_rows`` metric), batches/s, its latency p50/p99 (``latency_s``:
-from a request's arrival being noticed to the last reply sent) and the share of
+throws the segments away. Reported, from the server's metrics as ``metrics.jsonl``
+has them: env steps/s, the server's batch sizes (``inference/batch_rows``), batches/s
+(``inference/batches``), its latency p50/p99 (``inference/latency_ms_p50``/``_p99``:
+from a request's arrival being noticed to the last reply sent), and the share of
 actor time spent waiting for actions.
 """
 
@@ -16,20 +17,25 @@ import os
 import threading
 import time
 
-import numpy as np
+import jax
 import zmq
 
+from jaxsrl.bench import agentfns
+from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.launch.processes import ChildProcess
+from jaxsrl.parallel import devices
 from jaxsrl.streams import wire
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.streams.sockets import bind, open_socket
 
 
 class SegmentSink:
     """A PULL socket in a thread that counts segments and env steps, then drops them."""
 
     def __init__(self, host: str):
-        self.sock = zmq.Context.instance().socket(zmq.PULL)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        port = self.sock.bind_to_random_port(f"tcp://{host}")
-        self.address = f"tcp://{host}:{port}"
+        self.sock = open_socket(None, zmq.PULL)
+        self.address = bind(self.sock, host)
         self.env_steps = 0
         self.segments_by_actor: dict[int, int] = {}
         self.timing = {"env_s": 0.0, "wait_s": 0.0}
@@ -71,15 +77,6 @@ def actor_spec(cfg, actor_id: int, inference_address: str, sample_address: str,
 def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None,
             sampler_factory=None, start_timeout_s: float = 120.0) -> dict:
     """Serve ``num_actors`` actor processes for ``duration_s`` after warm-up."""
-    import jax  # noqa: PLC0415
-
-    from jaxsrl.parallel import devices  # noqa: PLC0415
-    from jaxsrl.bench import agentfns  # noqa: PLC0415
-    from jaxsrl.launch.launcher import ActorProcess  # noqa: PLC0415
-    from jaxsrl.experiment.metrics import MetricsAccumulator  # noqa: PLC0415
-    from jaxsrl.streams.params import ParameterStore  # noqa: PLC0415
-    from jaxsrl.workers.inference.policy import PolicyWorker  # noqa: PLC0415
-
     b = built or agentfns.build(cfg)
     act = devices.jit_act(b.fns.act, b.mesh)
     store, metrics = ParameterStore(), MetricsAccumulator()
@@ -102,7 +99,7 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
         t_compile = time.perf_counter()
         for i in range(num_actors):
             spec = actor_spec(cfg, i, worker.address, sink.address, agentfns.carry_spec(b.fns))
-            actors.append(ActorProcess(f"bench-actor[{i}]", spec))
+            actors.append(ChildProcess(f"bench-actor[{i}]", spec))
             actors[-1].start()
         if sampler:
             sampler.__enter__()
@@ -119,12 +116,12 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
         startup_s = time.perf_counter() - t_compile
         time.sleep(warmup_s)
         metrics.snapshot(1.0)  # start a fresh interval
-        worker.latency_s.clear()
+        batches0 = metrics.counter("inference/batches")
         steps0, timing0, t0 = sink.env_steps, dict(sink.timing), time.perf_counter()
         time.sleep(duration_s)
         steps1, timing1, t1 = sink.env_steps, dict(sink.timing), time.perf_counter()
         record = metrics.snapshot(t1 - t0)
-        latencies = np.asarray(list(worker.latency_s)) * 1e3
+        batches = metrics.counter("inference/batches") - batches0
     finally:
         if sampler:
             sampler.__exit__(None, None, None)
@@ -141,9 +138,9 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
         "env_steps_per_s": (steps1 - steps0) / (t1 - t0),
         "batch_rows_mean": record.get("inference/batch_rows"),
         "requests_per_batch_mean": record.get("inference/requests"),
-        "batches_per_s": len(latencies) / (t1 - t0),
-        "latency_ms_p50": float(np.percentile(latencies, 50)) if len(latencies) else None,
-        "latency_ms_p99": float(np.percentile(latencies, 99)) if len(latencies) else None,
+        "batches_per_s": batches / (t1 - t0),
+        "latency_ms_p50": record.get("inference/latency_ms_p50"),
+        "latency_ms_p99": record.get("inference/latency_ms_p99"),
         "actor_wait_fraction": wait_s / (env_s + wait_s) if env_s + wait_s > 0 else None,
         "buckets": list(worker.buckets),
         "startup_s": startup_s,

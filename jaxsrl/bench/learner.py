@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import time
 
+import jax
 import numpy as np
+
+from jaxsrl.bench import agentfns
+from jaxsrl.bench.raw_env import random_actions
+from jaxsrl.parallel import devices
+from jaxsrl.streams.carry import CarryCodec
+from jaxsrl.streams.segment import segment_schema, to_trajectory
 
 
 def synthetic_batch(observation_space, action_space, T: int, B: int, fns, seed: int = 0):
     """A host ``Trajectory`` of ``B`` random segments of ``T`` steps."""
-    from jaxsrl.core.agent import Trajectory  # noqa: PLC0415
-    from jaxsrl.bench.raw_env import random_actions  # noqa: PLC0415
-    from jaxsrl.streams.spaces import space_leaves, unflatten_obs  # noqa: PLC0415
-    from jaxsrl.streams.carry import CarryCodec  # noqa: PLC0415
-    from jaxsrl.workers.learner.trainer import segment_schema  # noqa: PLC0415
-
     rng = np.random.default_rng(seed)
     carry = CarryCodec(fns.initial_carry)
     schema = segment_schema(observation_space, action_space, T, carry)
@@ -36,23 +37,11 @@ def synthetic_batch(observation_space, action_space, T: int, B: int, fns, seed: 
     host["action"] = random_actions(action_space, B * T, rng).reshape(host["action"].shape)
     host["terminated"] = rng.random((B, T)) < 0.02
     host["logp"] = np.full((B, T), -0.7, np.float32)
-    obs_names = list(space_leaves(observation_space))
-    return Trajectory(
-        obs=unflatten_obs({k: host[k] for k in obs_names}),
-        action=host["action"], reward=host["reward"], terminated=host["terminated"],
-        truncated=host["truncated"],
-        final_obs=unflatten_obs({k: host["final_" + k] for k in obs_names}),
-        behaviour_logp=host["logp"], policy_version=host["version"],
-        carry=carry.to_tree(host))
+    return to_trajectory(host, observation_space, carry)
 
 
 def measure(cfg, duration_s: float, built=None, min_calls: int = 3) -> dict:
     """Time ``learn`` on one synthetic batch for ``duration_s`` (at least ``min_calls``)."""
-    import jax  # noqa: PLC0415
-
-    from jaxsrl.parallel import devices  # noqa: PLC0415
-    from jaxsrl.bench import agentfns  # noqa: PLC0415
-
     b = built or agentfns.build(cfg)
     n_dev = b.mesh.size
     B, T = cfg.batch_segments, cfg.segment_length

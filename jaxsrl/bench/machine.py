@@ -7,6 +7,8 @@ import os
 import platform
 import sys
 
+import jax
+
 
 def _memory_gib() -> float | None:
     try:
@@ -41,10 +43,9 @@ def load_average() -> list[float]:
 def describe(command: str) -> dict:
     """Plain-data description of this machine and the benchmark ``command``.
 
-    Imports JAX (to list ``jax.devices()``); call it from the benchmark process only.
+    Initialises JAX's backend (to list ``jax.devices()``): call it from the benchmark
+    process only.
     """
-    import jax  # noqa: PLC0415
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "cores": cores,

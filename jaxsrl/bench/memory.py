@@ -126,13 +126,3 @@ class MemorySampler:
             entry["processes"] += 1
         return out
 
-
-def merge_peaks(*peaks: dict) -> dict:
-    """Combine :meth:`MemorySampler.peaks` results (max RSS, max process count)."""
-    out: dict[str, dict] = {}
-    for p in peaks:
-        for kind, entry in (p or {}).items():
-            cur = out.setdefault(kind, {"peak_rss_mib": 0.0, "processes": 0})
-            cur["peak_rss_mib"] = max(cur["peak_rss_mib"], entry["peak_rss_mib"])
-            cur["processes"] = max(cur["processes"], entry["processes"])
-    return out

@@ -1,6 +1,6 @@
 """Start and stop the benchmark's own child processes (``python -m <module> '<json>'``).
 
-Children get the repository on ``PYTHONPATH`` (like ``jaxsrl.launch.launcher.ActorProcess``)
+Children get the repository on ``PYTHONPATH`` (like ``jaxsrl.launch.processes.ChildProcess``)
 and pipes for a one-line handshake on stdin/stdout.
 """
 

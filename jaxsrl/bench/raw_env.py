@@ -17,16 +17,18 @@ import time
 
 import numpy as np
 
+from jaxsrl.bench import procs
+from jaxsrl.envs import make_actor_env
+from jaxsrl.streams.spaces import action_leaf
+
 
 def random_actions(space, rows: int, rng: np.random.Generator) -> np.ndarray:
     """``rows`` uniformly random actions of a Gymnasium action space, in the wire dtype."""
-    from jaxsrl.streams.spaces import action_leaf  # noqa: PLC0415
-
     dtype, shape = action_leaf(space)
     if hasattr(space, "nvec"):  # MultiDiscrete
         return rng.integers(0, np.asarray(space.nvec), size=(rows,) + shape).astype(dtype)
     if hasattr(space, "n"):  # Discrete
-        start = int(getattr(space, "start", 0))
+        start = int(space.start)
         return rng.integers(start, start + int(space.n), size=(rows,)).astype(dtype)
     low = np.nan_to_num(np.asarray(space.low, np.float64), neginf=-1.0, posinf=1.0)
     high = np.nan_to_num(np.asarray(space.high, np.float64), neginf=-1.0, posinf=1.0)
@@ -48,13 +50,11 @@ def peak_rss_mib() -> float:
 
 def child_main(spec: dict) -> int:
     """Build the ring, handshake, step for ``duration_s``, print one JSON line."""
-    from jaxsrl.envs import make_actor_env  # noqa: PLC0415
-
     n, ring = int(spec["envs_per_group"]), int(spec["ring_size"])
     groups = [make_actor_env(spec["env"], n, int(spec["seed"]) + n * g, spec.get("env_kwargs"))
               for g in range(ring)]
     rng = np.random.default_rng(int(spec["seed"]))
-    frames_per_step = [int(getattr(e, "num_envs", e.num_rows)) for e in groups]
+    frames_per_step = [e.num_envs for e in groups]
     for env in groups:
         env.reset()
     print(json.dumps({"ready": True}), flush=True)
@@ -84,8 +84,6 @@ def measure(env: str, env_kwargs: dict | None, layout: list[int], ring_size: int
             duration_s: float, seed: int = 0) -> dict:
     """One raw-environment child per entry of ``layout`` (its envs per group), stepping
     together for ``duration_s``; aggregate result."""
-    from jaxsrl.bench import procs  # noqa: PLC0415
-
     children = []
     processes = len(layout)
     try:

@@ -44,9 +44,9 @@ Every rung runs on the machine described above, with the run config resolved by
 3. **Inference**: real `python -m jaxsrl.workers.actor` processes (specs as the launcher
    builds them) and a real `PolicyWorker` thread with frozen initial parameters; no
    learner (a PULL socket counts the segments' `env_steps` and drops them). Batch rows
-   come from the server's `inference/batch_rows` metric, latency from its `latency_s`
-   (time from noticing a request to the last reply of that batch sent; queueing before
-   that is not included). "Actor wait" is the share of actor time spent waiting for
+   come from the server's `inference/batch_rows` metric, latency from its
+   `inference/latency_ms_p50`/`_p99` metrics (time from noticing a request to the last
+   reply of that batch sent; queueing before that is not included). "Actor wait" is the share of actor time spent waiting for
    actions (the actors' own `timing`).
 4. **Learner only**: the jitted `learn` (`jaxsrl.parallel.devices.jit_learn`, compiled ahead of
    time) called back to back on one synthetic batch of `batch_segments x

@@ -15,6 +15,12 @@ import time
 import traceback
 from typing import Callable
 
+import numpy as np
+
+from jaxsrl.bench import agentfns, end_to_end, inference, learner, raw_env, replay, transport
+from jaxsrl.bench.load import LoadMeter
+from jaxsrl.bench.memory import MemorySampler
+
 RUNGS = ("raw_env", "transport", "inference", "learner", "end_to_end", "scaling", "replay")
 
 
@@ -53,8 +59,6 @@ def actor_layout(cfg) -> list[int]:
 
 def _guard(name: str, fn: Callable, log: Callable) -> dict:
     """Run one rung: its result plus wall time and machine load, or its error."""
-    from jaxsrl.bench.load import LoadMeter  # noqa: PLC0415
-
     log(f"[bench] {name} ...")
     t0 = time.perf_counter()
     meter = LoadMeter().start()
@@ -80,10 +84,6 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
       opts: durations and counts.
       log: progress printer.
     """
-    from jaxsrl.bench import (agentfns, end_to_end, inference, learner, raw_env,  # noqa: PLC0415
-                              transport)
-    from jaxsrl.bench.memory import MemorySampler  # noqa: PLC0415
-
     layout = actor_layout(cfg)
     num_actors = len(layout)
     rungs: dict = {}
@@ -104,7 +104,6 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
             obs = transport.act_request(cfg.env, cfg.env_kwargs, cfg.envs_per_group,
                                         b.observation_space)
             rows = len(next(iter(obs.values())))
-            import numpy as np  # noqa: PLC0415
             for name, dtype, shape in agentfns.carry_spec(b.fns):  # recurrent agents' carry
                 obs[name] = np.zeros((rows,) + tuple(shape), dtype)
             out = transport.measure(obs, opts.rung_s, in_flight=cfg.ring_size, host=cfg.host)
@@ -128,7 +127,6 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
             cfg, opts.rung_s, get_built()), log)
 
     if "replay" in opts.rungs:
-        from jaxsrl.bench import replay  # noqa: PLC0415
         rungs["replay"] = _guard("rung 7, replay buffer", lambda: replay.measure_for(
             get_built(), opts.rung_s), log)
 

@@ -17,17 +17,18 @@ import time
 import numpy as np
 import zmq
 
+from jaxsrl.bench import procs
+from jaxsrl.envs import make_actor_env
 from jaxsrl.streams import wire
+from jaxsrl.streams.spaces import obs_schema
+from jaxsrl.streams.sockets import bind, open_socket
 
 
 def serve(spec: dict) -> int:
     """Echo server: bind, print the address, echo until SIGTERM or the parent exits."""
     parent = os.getppid()
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, 0)
-    port = sock.bind_to_random_port(f"tcp://{spec.get('host', '127.0.0.1')}")
-    print(json.dumps({"address": f"tcp://{spec.get('host', '127.0.0.1')}:{port}"}), flush=True)
+    sock = open_socket(None, zmq.ROUTER)
+    print(json.dumps({"address": bind(sock, spec.get("host", "127.0.0.1"))}), flush=True)
     while os.getppid() == parent:
         if sock.poll(200):
             sock.send_multipart(sock.recv_multipart(copy=False), copy=False)
@@ -39,8 +40,6 @@ def act_request(env: str, env_kwargs: dict | None, envs_per_group: int, observat
                 ) -> dict:
     """One actor group's observations: from a real reset, or zeros from the space."""
     try:
-        from jaxsrl.envs import make_actor_env  # noqa: PLC0415
-
         group = make_actor_env(env, envs_per_group, 0, env_kwargs)
         try:
             return {k: np.ascontiguousarray(v) for k, v in group.reset().items()}
@@ -49,22 +48,17 @@ def act_request(env: str, env_kwargs: dict | None, envs_per_group: int, observat
     except Exception:  # noqa: BLE001 - fall back to the declared observation space
         if observation_space is None:
             raise
-        from jaxsrl.streams.spaces import obs_schema  # noqa: PLC0415
-
         return {k: np.zeros((envs_per_group,) + s.shape[1:], s.dtype)
                 for k, s in obs_schema(observation_space).items()}
 
 
 def measure(obs: dict, duration_s: float, in_flight: int = 1, host: str = "127.0.0.1") -> dict:
     """Round trips of ``obs`` as an ``act`` request to an echo server for ``duration_s``."""
-    from jaxsrl.bench import procs  # noqa: PLC0415
-
     server = procs.start_module("jaxsrl.bench.transport", {"host": host})
     sock = None
     try:
         address = procs.read_json_line(server, "echo server")["address"]
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
+        sock = open_socket(None, zmq.DEALER)
         sock.connect(address)
         request_bytes = sum(len(memoryview(f)) for f in wire.encode("act", obs, {"group": 0}))
         sent_at: dict[int, float] = {}

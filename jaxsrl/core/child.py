@@ -1,15 +1,22 @@
 """What every worker process started by the launcher does first (actors, remote
-inference servers, learner processes): die with its parent, turn SIGTERM/SIGINT into a
-clean ``SystemExit(0)``, and leave its failure in an error file the launcher reads.
+inference servers, learner processes): :func:`start_child` reads its JSON spec, sets up
+logging, makes it die with its parent and turns SIGTERM/SIGINT into a clean stop; on
+failure :func:`report_failure` leaves the error in the file the launcher reads.
 
 No JAX here: actors import this.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 import logging
 import os
 import signal
+import sys
+import threading
+import traceback
+from typing import Callable, Sequence
 
 log = logging.getLogger("jaxsrl.child")
 
@@ -35,7 +42,6 @@ def die_with_parent(parent_pid) -> None:
     if parent_pid is None:
         return
     try:
-        import ctypes  # noqa: PLC0415
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
@@ -53,3 +59,68 @@ def write_error(path: str | None, text: str) -> None:
             f.write(text)
     except OSError:
         log.exception("could not write %s", path)
+
+
+def read_error(path: str | None) -> str:
+    """The summary (first line, at most 500 characters) of an error file left by
+    :func:`write_error` or :func:`report_failure`; ``""`` if there is none."""
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, errors="replace") as f:
+        return f.readline().strip()[:500]
+
+
+def read_spec(argv: Sequence[str] | None = None) -> dict:
+    """The JSON spec a worker process gets as its only argument (default ``sys.argv``).
+
+    Raises:
+      ValueError: no argument, or it is not a JSON object.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:
+        raise ValueError("a worker process takes its JSON spec as its only argument")
+    spec = json.loads(argv[0])
+    if not isinstance(spec, dict):
+        raise ValueError(f"the spec must be a JSON object, got {argv[0][:80]!r}")
+    return spec
+
+
+def start_child(argv: Sequence[str] | None, label: Callable[[dict], str],
+                stop: threading.Event | None = None, required: Sequence[str] = ()) -> dict:
+    """The prologue of every worker process's ``main``; returns its spec.
+
+    Reads the spec (:func:`read_spec`), checks it has the ``required`` keys, logs to
+    stderr as ``[<label(spec)>] message`` (replacing handlers that imports such as
+    Orbax's absl put on the root logger; absl and JAX's backend chatter quieted), dies
+    with ``spec["parent_pid"]`` (:func:`die_with_parent`), and makes SIGTERM/SIGINT
+    raise ``SystemExit(0)`` (:func:`install_stop_signals`), or set ``stop`` instead
+    when given (a process that may be inside a collective, which a raise cannot
+    interrupt, polls it).
+
+    Raises:
+      ValueError: a bad spec, or one without a ``required`` key.
+      SystemExit: the parent already died.
+    """
+    spec = read_spec(argv)
+    missing = [key for key in required if key not in spec]
+    if missing:
+        raise ValueError(f"worker process spec lacks {missing}: {spec}")
+    logging.basicConfig(level=logging.INFO, format=f"[{label(spec)}] %(message)s", force=True)
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
+    die_with_parent(spec.get("parent_pid"))
+    if stop is None:
+        install_stop_signals()
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return spec
+
+
+def report_failure(spec: dict, summary: str, exc: BaseException, code: int) -> int:
+    """Log a fatal error with ``exc``'s traceback and leave ``summary`` (first line, which
+    the launcher shows) and the traceback in ``spec["error_file"]``; returns ``code``."""
+    text = "".join(traceback.format_exception(exc))
+    log.error("%s; exiting (exit code %d)\n%s", summary, code, text)
+    write_error(spec.get("error_file"), f"{summary}\n{text}")
+    return code

@@ -14,12 +14,13 @@ environment").
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import gymnasium
 
 from jaxsrl.envs import atari
 from jaxsrl.envs.gym_vector import GymVectorEnv, single_spaces
+from jaxsrl.envs.multi_agent import MultiAgentVectorEnv
 from jaxsrl.core.imports import import_module, is_reference
 
 #: multi-agent environments of jaxsrl: name -> (module, factory keyword defaults).
@@ -88,7 +89,6 @@ def make_actor_env(env_id: str, num_envs: int, seed: int, env_kwargs: dict | Non
     check_env_name(env_id)
     factory = multi_agent_factory(env_id)
     if factory is not None:
-        from jaxsrl.envs.multi_agent import MultiAgentVectorEnv  # noqa: PLC0415
         return MultiAgentVectorEnv(factory, dict(env_kwargs or {}), num_envs, seed)
     if atari.is_atari(env_id):
         return GymVectorEnv(env_id, num_envs, seed, env_fn=atari.env_fn(env_id, env_kwargs),
@@ -113,17 +113,51 @@ def is_multi_agent(env_id: str) -> bool:
     return multi_agent_factory(env_id) is not None
 
 
-def env_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[Any, Any]:
-    """Per-agent ``(observation_space, action_space)`` of ``env_id``."""
+class EnvInfo(NamedTuple):
+    """What the runtime needs to know about an environment before any actor starts.
+
+    Attributes:
+      observation_space: per-agent (per-row) observation space.
+      action_space: per-agent action space.
+      teams: team of each agent of one environment (``[None]`` for single-agent envs;
+        ``""`` for the agents of a multi-agent env without ``team_of``).
+    """
+
+    observation_space: Any
+    action_space: Any
+    teams: list
+
+    def rows_of(self, team: str | None = None) -> int:
+        """Rows one environment gives a stream serving ``team`` (``None``: every agent)."""
+        return len(self.teams) if team is None else sum(t == team for t in self.teams)
+
+
+def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
+    """Spaces and teams of ``env_id``, read off one environment, which is then closed.
+
+    Raises:
+      ValueError: unknown ``env_id`` (see :func:`check_env_name`).
+    """
     check_env_name(env_id)
     factory = multi_agent_factory(env_id)
     if factory is not None:
         env = factory(**(env_kwargs or {}))
-        agent = env.possible_agents[0]
-        return env.observation_space(agent), env.action_space(agent)
+        try:
+            agents = list(env.possible_agents)
+            team_of = getattr(env, "team_of", lambda _: "")  # optional method of a game
+            return EnvInfo(env.observation_space(agents[0]), env.action_space(agents[0]),
+                           [team_of(a) for a in agents])
+        finally:
+            env.close()
     if atari.is_atari(env_id):
-        return atari.spaces(env_id, env_kwargs)
-    return single_spaces(gym_id(env_id), env_kwargs)
+        return EnvInfo(*atari.spaces(env_id, env_kwargs), [None])
+    return EnvInfo(*single_spaces(gym_id(env_id), env_kwargs), [None])
+
+
+def env_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[Any, Any]:
+    """Per-agent ``(observation_space, action_space)`` of ``env_id`` (:func:`env_info`)."""
+    info = env_info(env_id, env_kwargs)
+    return info.observation_space, info.action_space
 
 
 def env_has_idle_rows(env_id: str) -> bool:
@@ -137,12 +171,5 @@ def env_has_idle_rows(env_id: str) -> bool:
 
 
 def env_teams(env_id: str, env_kwargs: dict | None = None) -> list:
-    """Team of each agent of one environment (``[None]`` for single-agent envs; ``""``
-    for the agents of a multi-agent env without ``team_of``)."""
-    check_env_name(env_id)
-    factory = multi_agent_factory(env_id)
-    if factory is not None:
-        env = factory(**(env_kwargs or {}))
-        team_of = getattr(env, "team_of", lambda _: "")
-        return [team_of(a) for a in env.possible_agents]
-    return [None]
+    """Team of each agent of one environment (:attr:`EnvInfo.teams` of :func:`env_info`)."""
+    return env_info(env_id, env_kwargs).teams

@@ -8,7 +8,7 @@ list of finished episodes per step. This module imports no JAX.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol
 
 import gymnasium
 import numpy as np
@@ -41,6 +41,30 @@ class StepResult(NamedTuple):
     final_obs: dict
     episodes: list
     valid: np.ndarray | None = None
+
+
+class ActorEnv(Protocol):
+    """A group of environments as an actor steps it (:class:`GymVectorEnv`,
+    :class:`jaxsrl.envs.multi_agent.MultiAgentVectorEnv`).
+
+    Attributes:
+      num_envs: environments in the group (env frames per step).
+      num_rows: rows (agents over all environments; ``num_envs`` for single-agent envs).
+      row_team: team of each row, or ``None`` for environments without teams.
+      observation_space, action_space: per-row spaces.
+    """
+
+    num_envs: int
+    num_rows: int
+    row_team: list | None
+    observation_space: Any
+    action_space: Any
+
+    def reset(self) -> dict: ...
+
+    def step(self, action: np.ndarray) -> StepResult: ...
+
+    def close(self) -> None: ...
 
 
 def _stack(observations: list):
@@ -84,7 +108,8 @@ class GymVectorEnv:
                                                  **(env_kwargs or {})))
         self.envs = [make() for _ in range(num_envs)]
         self._episodes_from_info = episodes_from_info
-        self.num_rows = num_envs
+        self.num_envs = self.num_rows = num_envs
+        self.row_team = None  # single-agent: no teams
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self._seed = seed

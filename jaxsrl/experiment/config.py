@@ -25,8 +25,12 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Sequence
 
 import tyro
 
+from agents import AGENTS, get_agent
+from jaxsrl.envs import check_env_name
 from jaxsrl.experiment import config_layers as layers
 from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
+from jaxsrl.streams.security import check_curve_available
+from jaxsrl.experiment.run_dir import RunDir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,8 +134,10 @@ class RunConfig:
     spawn_learner_processes: bool = True
     """--num_learner_processes>1: start processes 1..N-1 here (through the run's spawner);
     False: wait for them to be started on other hosts (``jaxsrl/workers/learner/process.py``)."""
-    launcher: Literal["local", "ray"] = "local"
-    """Where processes run: this machine, or a Ray cluster (``docs/cluster.md``)."""
+    launcher: Literal["local", "ray", "serial"] = "local"
+    """Where processes run: this machine, a Ray cluster (``docs/cluster.md``), or
+    ``serial``: every worker in this one process, actors as threads (for debuggers and
+    tests; ``docs/architecture.md``, "Serial mode")."""
     ray_address: str = ""
     """--launcher=ray: address of a running cluster (``HEAD_IP:6379``, or ``auto``);
     empty starts a one-node Ray cluster on this machine for the run."""
@@ -197,8 +203,8 @@ class RunConfig:
             raise ValueError(f"on_nonfinite={self.on_nonfinite!r} must be 'drop' or 'raise'")
         if not self.host:
             raise ValueError("host='' must name an interface, e.g. 127.0.0.1")
-        if self.launcher not in ("local", "ray"):
-            raise ValueError(f"launcher={self.launcher!r} must be 'local' or 'ray'")
+        if self.launcher not in ("local", "ray", "serial"):
+            raise ValueError(f"launcher={self.launcher!r} must be 'local', 'ray' or 'serial'")
         if self.ray_address and self.launcher != "ray":
             raise ValueError(f"ray_address={self.ray_address!r} needs --launcher=ray")
         for name in ("actor_cpus", "learner_cpus", "learner_gpus"):
@@ -209,7 +215,6 @@ class RunConfig:
             raise ValueError("--resume and --overwrite contradict each other: continue the run "
                              "in --logdir or replace it, not both")
         if self.curve:
-            from jaxsrl.streams.security import check_curve_available  # noqa: PLC0415
             check_curve_available()
         agent_cfg = getattr(self, self.agent_field or self.agent, None)
         minibatches = getattr(agent_cfg, "num_minibatches", 1)
@@ -241,6 +246,7 @@ class RunConfig:
             if not isinstance(envs, int) or envs < 0 or envs % self.ring_size:
                 raise ValueError(f"actor group {group.name!r}: envs_per_actor={envs} must be a "
                                  f"positive multiple of ring_size={self.ring_size}")
+        self._check_serial(flow)
         self._check_learner_processes(flow)
         agent_validate = getattr(self.agent_config(), "validate", None)
         if agent_validate is not None:  # the agent's own hyperparameter checks
@@ -267,6 +273,28 @@ class RunConfig:
                              f"process is fed by its own), not {actors}")
         if self.curve:
             raise ValueError("--curve is not supported with num_learner_processes > 1 yet")
+
+
+    def _check_serial(self, flow: Dataflow) -> None:
+        """--launcher=serial runs every worker in this process: refuse what needs another."""
+        if self.launcher != "serial":
+            return
+        why = {"remote_inference": "it runs inference servers as processes",
+               "num_learner_processes": "it starts learner processes",
+               "coordinator_address": "it joins learner processes",
+               "curve": "actors get their CURVE keys through their process environment",
+               "eval_every": "periodic evaluation runs in its own process"}
+        used = {"remote_inference": self.remote_inference, "curve": self.curve,
+                "num_learner_processes": self.num_learner_processes > 1,
+                "coordinator_address": bool(self.coordinator_address), "eval_every": self.eval_every > 0}
+        for name, on in used.items():
+            if on:
+                raise ValueError(f"{name}={getattr(self, name)!r} does not work with "
+                                 f"--launcher=serial (one process): {why[name]}")
+        for group in flow.actors:
+            if group.launch_prefix:
+                raise ValueError(f"actor group {group.name!r} has a launch_prefix, which "
+                                 "--launcher=serial cannot run (its actors are threads)")
 
 
 def config_class(agent_name: str, agent_config_cls: type) -> type:
@@ -307,8 +335,6 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
         ``--env_kwargs`` flag, or an impossible value — before any process starts.
       SystemExit: bad flags (tyro prints the error and the valid flags).
     """
-    from agents import AGENTS, get_agent  # noqa: PLC0415  (agents import this module's users)
-    from jaxsrl.envs import check_env_name  # noqa: PLC0415
     agents = AGENTS if agents is None else agents
     args = list(sys.argv[1:] if args is None else args)
     pre = argparse.ArgumentParser(add_help=False)
@@ -341,7 +367,7 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
         known_keys = {f.name for f in dataclasses.fields(cls)} - {"agent", "env", "logdir", "resume",
                                                                     "overwrite"}
         fields = {k: v for k, v in saved.items() if k in known_keys}  # older/newer keys: skipped
-        cfg = layers.apply_table(cfg, fields, os.path.join(known.logdir, "config.json"))
+        cfg = layers.apply_table(cfg, fields, RunDir(known.logdir).config_path)
     else:
         for path in (layers.config_file_for(known.env),
                      layers.agent_config_file_for(known.env, agent.name)):
@@ -363,17 +389,13 @@ def _saved_config(logdir: str) -> dict | None:
     Raises:
       ValueError: the file exists but is not a JSON object.
     """
-    path = os.path.join(logdir, "config.json") if logdir else ""
-    if not path or not os.path.exists(path):
+    run = RunDir(logdir) if logdir else None
+    if run is None or not os.path.exists(run.config_path):
         return None
     try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"--resume: cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"--resume: {path} is not a JSON object")
-    return data
+        return run.read_config()
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--resume: {exc}") from None
 
 
 def to_dict(cfg: Any) -> dict:

@@ -1,6 +1,17 @@
-"""The run folder (``--logdir``) belongs to one run: claimed, locked, never mixed.
+"""The run folder (``--logdir``): its layout, known here alone, and its ownership.
 
-:func:`claim` is called by :func:`jaxsrl.launch.launcher.train` before anything is written:
+Layout (:class:`RunDir`)::
+
+    LOGDIR/config.json                    the resolved config, written at start
+    LOGDIR/metrics.jsonl                  one JSON record per logging interval
+    LOGDIR/checkpoints/<policy>/<step>/   Orbax checkpoints of each policy
+    LOGDIR/errors/<worker>.txt            a failed worker process's error
+    LOGDIR/eval/v<version>.json           periodic evaluations (``--eval_every``)
+    LOGDIR/events.out.tfevents.*          TensorBoard; LOGDIR/wandb_run_id: the W&B run
+    LOGDIR/.jaxsrl.lock                   held while a run uses the folder
+
+A run folder belongs to one run: claimed, locked, never mixed. :func:`claim` is called
+by :func:`jaxsrl.launch.launcher.train` before anything is written:
 
 * it takes an exclusive lock on ``LOGDIR/.jaxsrl.lock`` (the ``filelock`` library:
   ``flock``, released by the operating system when the process dies, so a killed run
@@ -12,14 +23,137 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
 import filelock
 
 LOCK_NAME = ".jaxsrl.lock"
+CONFIG_NAME = "config.json"
+METRICS_NAME = "metrics.jsonl"
+CHECKPOINTS_NAME = "checkpoints"
 #: What marks a folder as a jaxsrl run (any one of them).
-RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints")
+RUN_MARKERS = (CONFIG_NAME, METRICS_NAME, CHECKPOINTS_NAME)
+
+
+class RunDir:
+    """Paths of one run folder, and reading and writing its config and metrics.
+
+    Args:
+      path: the run folder (``--logdir``); need not exist yet.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"RunDir({self.path!r})"
+
+    @property
+    def config_path(self) -> str:
+        return os.path.join(self.path, CONFIG_NAME)
+
+    @property
+    def metrics_path(self) -> str:
+        return os.path.join(self.path, METRICS_NAME)
+
+    @property
+    def checkpoints_path(self) -> str:
+        return os.path.join(self.path, CHECKPOINTS_NAME)
+
+    @property
+    def eval_path(self) -> str:
+        """Folder of the periodic evaluations' summaries."""
+        return os.path.join(self.path, "eval")
+
+    def eval_file(self, version: int) -> str:
+        """Summary of the periodic evaluation of policy version ``version``."""
+        return os.path.join(self.eval_path, f"v{int(version)}.json")
+
+    @property
+    def wandb_id_path(self) -> str:
+        """Where the W&B run id is kept (``--resume`` continues that W&B run)."""
+        return os.path.join(self.path, "wandb_run_id")
+
+    def checkpoint_dir(self, policy: str) -> str:
+        """Folder of ``policy``'s checkpoints (one sub-folder per step)."""
+        return os.path.join(self.checkpoints_path, policy)
+
+    def error_file(self, worker: str) -> str:
+        """Where worker process ``worker`` (``actor3``, ``policy[1]``) leaves its error."""
+        return os.path.join(self.path, "errors", f"{worker}.txt")
+
+    def has_checkpoint(self) -> bool:
+        """Whether some policy has a saved step."""
+        root = self.checkpoints_path
+        return os.path.isdir(root) and any(
+            name.isdigit() for policy in os.listdir(root) if os.path.isdir(os.path.join(root, policy))
+            for name in os.listdir(os.path.join(root, policy)))
+
+    def write_config(self, config: dict) -> None:
+        """Write ``config.json`` (creating the folder)."""
+        os.makedirs(self.path, exist_ok=True)
+        with open(self.config_path, "w") as f:
+            json.dump(config, f, indent=2)
+
+    def read_config(self) -> dict:
+        """The run's ``config.json``.
+
+        Raises:
+          FileNotFoundError: the folder has none.
+          ValueError: it is not a JSON object.
+        """
+        if not os.path.exists(self.config_path):
+            raise FileNotFoundError(f"no run config at {self.config_path} (written by the "
+                                    "launcher at start)")
+        try:
+            with open(self.config_path) as f:
+                data = json.load(f)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read {self.config_path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{self.config_path} is not a JSON object")
+        return data
+
+    def config_or_empty(self) -> dict:
+        """``config.json``, or ``{}`` if it is missing or unreadable."""
+        try:
+            return self.read_config()
+        except (OSError, ValueError):
+            return {}
+
+    def read_metrics(self, final: bool = True) -> list[dict]:
+        """The records of ``metrics.jsonl`` (a line still being written is skipped; with
+        ``final=False`` also the closing ``final`` record, which holds counters only).
+
+        Raises:
+          FileNotFoundError: no metrics file.
+        """
+        if not os.path.exists(self.metrics_path):
+            raise FileNotFoundError(f"no metrics file {self.metrics_path}")
+        records = []
+        with open(self.metrics_path) as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line being written when we read
+                if isinstance(record, dict) and (final or not record.get("final")):
+                    records.append(record)
+        return records
+
+    @classmethod
+    def of_checkpoint(cls, path: str) -> tuple["RunDir", str, int | None]:
+        """``(run folder, policy, step or None)`` of ``LOGDIR/checkpoints/<policy>[/<step>]``."""
+        path = os.path.abspath(path)
+        step = None
+        if os.path.basename(path).isdigit() and os.path.isdir(path):
+            path, step = os.path.dirname(path), int(os.path.basename(path))
+        return cls(os.path.dirname(os.path.dirname(path))), os.path.basename(path), step
 
 
 class RunFolderError(ValueError):

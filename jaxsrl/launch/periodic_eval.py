@@ -1,7 +1,7 @@
 """Periodic evaluation during training (``--eval_every``), in a separate process.
 
 Every ``eval_every`` policy versions the launcher asks the learners for a checkpoint
-and, once it is on disk, starts ``scripts/evaluate.py --logdir LOGDIR --json ...`` as
+and, once it is on disk, starts ``python -m jaxsrl.cli.evaluate --logdir LOGDIR --json ...`` as
 a child process (one at a time), so evaluation never stalls the actors or the
 learner. When it finishes, its summary is logged into ``metrics.jsonl`` under
 ``eval/`` keys (``eval/return_mean``, ``eval/return_mean/<team>``, ``eval/policy_version``,
@@ -15,7 +15,8 @@ import logging
 import os
 import subprocess
 import sys
-from jaxsrl.core.paths import REPO_ROOT
+from jaxsrl.experiment.run_dir import RunDir
+from jaxsrl.launch.processes import child_env
 
 log = logging.getLogger("jaxsrl.eval")
 
@@ -34,7 +35,7 @@ class PeriodicEvaluator:
         self.next_version = every
         self.proc: subprocess.Popen | None = None
         self.pending_version: int | None = None  # waiting for this checkpoint
-        self._out = os.path.join(logdir, "eval")
+        self._run_dir = RunDir(logdir)
 
     def due(self, version: int) -> bool:
         """True when a checkpoint for an evaluation should be requested now."""
@@ -48,11 +49,11 @@ class PeriodicEvaluator:
         """Start the evaluation once the checkpoint exists; return a finished one's metrics."""
         if self.pending_version is not None and saved_version is not None \
                 and saved_version >= self.pending_version:
-            os.makedirs(self._out, exist_ok=True)
-            path = os.path.join(self._out, f"v{saved_version}.json")
-            cmd = [sys.executable, os.path.join(REPO_ROOT, "scripts", "evaluate.py"),
+            path = self._run_dir.eval_file(saved_version)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            cmd = [sys.executable, "-m", "jaxsrl.cli.evaluate",
                    "--logdir", self.logdir, "--episodes", str(self.episodes), "--json", path]
-            env = dict(os.environ, JAXSRL_TENSORBOARD="0", JAXSRL_PROGRESS="0")
+            env = child_env({"JAXSRL_TENSORBOARD": "0", "JAXSRL_PROGRESS": "0"})
             self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, text=True)
             self._path, self._version = path, saved_version

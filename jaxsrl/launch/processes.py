@@ -2,11 +2,12 @@
 
 A :class:`ChildProcess` knows how to start one worker process again (``start`` gives
 it a fresh run id) and how to stop it. *Where* it runs is the job of a
-:class:`Spawner`: :class:`LocalSpawner` starts ``python -m <module> '<json spec>'``
+:class:`Spawner`: :func:`local_spawner` starts ``python -m <module> '<json spec>'``
 as a subprocess of this machine (optionally behind a command prefix such as
-``ip netns exec host1``); ``jaxsrl.launch.ray_placement`` places the same command on a Ray
-cluster. Every spawner returns a ``subprocess.Popen``-like handle (``pid``,
-``returncode``, ``poll()``, ``wait(timeout)``, ``terminate()``, ``kill()``).
+``ip netns exec host1``); ``jaxsrl.launch.ray_spawner.RaySpawner`` places the same
+command on a Ray cluster; ``jaxsrl.launch.serial.ThreadSpawner`` (``--launcher=serial``)
+runs it as a thread of this process. Every spawner returns a ``subprocess.Popen``-like
+handle (``pid``, ``returncode``, ``poll()``, ``wait(timeout)``, ``terminate()``, ``kill()``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import Any, Protocol, Sequence
 
 from jaxsrl.core.exit_codes import EXIT_ENV_ERROR
 from jaxsrl.core.paths import REPO_ROOT
-
 
 
 class Spawner(Protocol):
@@ -95,10 +95,6 @@ class ChildProcess:
             self.proc.wait()
 
 
-# The launcher's name for actor processes (kept for callers of jaxsrl.launch.launcher.ActorProcess).
-ActorProcess = ChildProcess
-
-
 def stop_all(children: list, grace_s: float = 3.0) -> None:
     """SIGTERM every running child at once, then SIGKILL those alive after ``grace_s``."""
     running = [a for a in children if a.proc is not None and a.proc.poll() is None]
@@ -123,3 +119,5 @@ def exit_reason(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return {EXIT_ENV_ERROR: "its environment raised", 0: "it stopped"}.get(code, f"exit code {code}")
+
+

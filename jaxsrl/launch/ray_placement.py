@@ -6,12 +6,13 @@ What runs where:
     Ray actor with the resource request ``num_cpus=learner_cpus,
     num_gpus=learner_gpus``, on whichever node Ray picks;
   * every **child process** the launcher starts (actors; remote inference servers and
-    learner processes once the dataflow has them) is hosted by a :class:`ProcessHost`
-    Ray actor with its own resource request (``num_cpus=actor_cpus`` for actors), which
-    runs the same ``python -m <module> '<json spec>'`` command on its node. The launcher
-    sees a :class:`RayProcess`, a ``subprocess.Popen``-like handle, so its watch /
-    restart / stop logic is the one of a local run: a crashed or hung actor is started
-    again through the same spawner, possibly on another node.
+    learner processes once the dataflow has them) is hosted by a
+    :class:`~jaxsrl.launch.ray_spawner.ProcessHost` Ray actor with its own resource
+    request (``num_cpus=actor_cpus`` for actors), which runs the same ``python -m
+    <module> '<json spec>'`` command on its node. The launcher sees a
+    :class:`~jaxsrl.launch.ray_spawner.RayProcess`, a ``subprocess.Popen``-like handle,
+    so its watch / restart / stop logic is the one of a local run: a crashed or hung
+    actor is started again through the same spawner, possibly on another node.
 
 Code on the nodes: the driver ships this checkout as the job's Ray ``runtime_env``
 ``working_dir`` (a zip of the repository, ``.gitignore`` respected), so every node
@@ -21,7 +22,7 @@ packages (JAX, gymnasium, Ray, ...) must already be installed on every node.
 Teardown: Ctrl-C or SIGTERM on the driver sends SIGTERM to the accelerator process,
 which stops as a local run does (actors stopped, final checkpoint); a second Ctrl-C,
 or no end within ``STOP_GRACE_S``, kills it. Child processes die with their host (the
-actor worker sets ``PR_SET_PDEATHSIG`` with the host's pid, which :class:`ProcessHost`
+actor worker sets ``PR_SET_PDEATHSIG`` with the host's pid, which ``ProcessHost``
 writes into the spec's ``parent_pid``), hosts die with the accelerator actor that owns
 them, and that one with the driver (Ray's ownership), so nothing outlives the run.
 
@@ -31,15 +32,13 @@ See ``docs/cluster.md`` for running on a cluster.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
 import signal
-import subprocess
-import sys
+import socket
 import threading
-from typing import Any, Sequence
+from typing import Any
 
 try:
     import ray
@@ -48,165 +47,21 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without Ray installed
     raise ImportError("--launcher=ray needs Ray: pip install -e '.[ray]'") from exc
 
-from jaxsrl.streams import security
 from jaxsrl.launch.processes import REPO_ROOT
+from jaxsrl.launch.ray_spawner import ACTOR_MODULE, LEARNER_MODULE, RaySpawner, spawner_for
+from jaxsrl.launch.supervision import ComponentDied
+from jaxsrl.streams import security
+
+#: Also importable from here: the spawner of child processes on Ray.
+__all__ = ["ACTOR_MODULE", "LEARNER_MODULE", "AcceleratorHost", "LOOPBACK_ENV", "RaySpawner",
+           "check_reachable", "connect", "cpus_wanted", "spawner_for", "train_on_ray"]
 
 log = logging.getLogger("jaxsrl")
 
-ACTOR_MODULE = "jaxsrl.workers.actor"
-LEARNER_MODULE = "jaxsrl.workers.learner"
-NODE_IP_ENV = "JAXSRL_NODE_IP"  # handed to every hosted process: the address of its node
 STOP_GRACE_S = 120.0  # a clean stop saves a checkpoint: give it this long after Ctrl-C
-START_TIMEOUT_S = 300.0  # a child not placed and started by then: the cluster lacks resources
+START_TIMEOUT_S = 300.0  # the accelerator process not placed by then: the cluster lacks resources
 # Not shipped to the nodes: version control, run folders, documentation, tests.
 WORKING_DIR_EXCLUDES = [".git", "runs", "docs", "tests", "*.egg-info", "__pycache__"]
-
-
-class ProcessHost:
-    """Ray actor hosting one worker process on the node Ray placed it on.
-
-    Async actor: every method runs on one event-loop thread that lives as long as the
-    actor, so the child's ``PR_SET_PDEATHSIG`` (tied to the thread that forked it)
-    fires exactly when the host dies.
-    """
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-
-    async def start(self, argv: list[str], env: dict[str, str], prefix: Sequence[str] = ()) -> dict:
-        """Start ``prefix + argv`` here; return ``{"pid", "node_ip"}``.
-
-        ``python -m`` commands run with this node's interpreter; a JSON spec's
-        ``parent_pid`` becomes this host's pid (the child dies with its host); the
-        child's environment is this node's, plus ``env`` and ``JAXSRL_NODE_IP``.
-        """
-        from jaxsrl.launch.processes import child_env  # noqa: PLC0415  (this node's checkout)
-        argv = list(argv)
-        if len(argv) > 2 and argv[1] == "-m":
-            argv[0] = sys.executable
-        if argv and argv[-1].startswith("{"):
-            spec = json.loads(argv[-1])
-            if "parent_pid" in spec:
-                argv[-1] = json.dumps({**spec, "parent_pid": os.getpid()})
-        node_ip = ray.util.get_node_ip_address()
-        self.proc = subprocess.Popen([*prefix, *argv], env=child_env({NODE_IP_ENV: node_ip, **env}),
-                                     start_new_session=True)
-        return {"pid": self.proc.pid, "node_ip": node_ip}
-
-    async def wait_exit(self) -> int:
-        """The child's exit status once it has exited (negative: killed by that signal)."""
-        import asyncio  # noqa: PLC0415
-        while self.proc.poll() is None:
-            await asyncio.sleep(0.05)
-        return self.proc.returncode
-
-    async def send_signal(self, signum: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signum)
-
-
-class RayProcess:
-    """``subprocess.Popen``-like handle of a process hosted by a :class:`ProcessHost`.
-
-    ``poll`` and ``wait`` watch one pending ``wait_exit`` result (no remote call per
-    poll). A host that dies (node lost, ``ray.kill``) reads as ``-SIGKILL``. Once the
-    process has exited, the host is killed so its resources are free for a restart.
-
-    Attributes:
-      pid: the process id on its node (``node_ip``).
-      returncode: ``None`` while running, then the exit status.
-      args: the command, for ``subprocess.TimeoutExpired``.
-    """
-
-    def __init__(self, host: Any, pid: int, node_ip: str, args: list[str]):
-        self.pid, self.node_ip, self.args = pid, node_ip, args
-        self.returncode: int | None = None
-        self._host = host
-        self._exit = host.wait_exit.remote()
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            ready, _ = ray.wait([self._exit], timeout=0)
-            if ready:
-                self._finish()
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Block until the process exits; ``subprocess.TimeoutExpired`` after ``timeout`` s."""
-        if self.returncode is None:
-            ready, _ = ray.wait([self._exit], timeout=timeout)
-            if not ready:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            self._finish()
-        return self.returncode
-
-    def send_signal(self, signum: int) -> None:
-        if self.poll() is not None:
-            return
-        try:
-            ray.get(self._host.send_signal.remote(int(signum)), timeout=30)
-        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
-            ray.kill(self._host)  # unreachable host: kill it, and its process with it
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def _finish(self) -> None:
-        try:
-            self.returncode = ray.get(self._exit)
-        except ray.exceptions.RayError:  # the host (or its node) died, and the process with it
-            self.returncode = -signal.SIGKILL
-        ray.kill(self._host)
-
-
-class RaySpawner:
-    """A :class:`~jaxsrl.launch.processes.Spawner` that runs each child in its own Ray actor.
-
-    Args:
-      resources: Ray resource options per ``python -m`` module, e.g.
-        ``{"jaxsrl.workers.actor": {"num_cpus": 1.0}}``.
-      default: options of any other module (default ``{"num_cpus": 1.0}``).
-      start_timeout_s: a child not placed and started within this many seconds
-        raises :class:`~jaxsrl.launch.launcher.ComponentDied` naming its resource request.
-    """
-
-    def __init__(self, resources: dict[str, dict] | None = None, default: dict | None = None,
-                 start_timeout_s: float = START_TIMEOUT_S):
-        self.resources = dict(resources or {})
-        self.default = dict(default or {"num_cpus": 1.0})
-        self.start_timeout_s = start_timeout_s
-
-    def options_for(self, argv: Sequence[str]) -> dict:
-        module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else None
-        return self.resources.get(module, self.default)
-
-    def __call__(self, argv: list[str], env: dict[str, str], prefix: Sequence[str] = ()) -> RayProcess:
-        options = self.options_for(argv)
-        host = ray.remote(ProcessHost).options(**options).remote()
-        try:
-            info = ray.get(host.start.remote(list(argv), dict(env), tuple(prefix)),
-                           timeout=self.start_timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            ray.kill(host)
-            from jaxsrl.launch.launcher import ComponentDied  # noqa: PLC0415
-            raise ComponentDied(
-                f"Ray did not start {' '.join(argv[1:3])} with {options} within "
-                f"{self.start_timeout_s:.0f} s: no node has those resources free "
-                f"(available: {ray.available_resources()})") from None
-        except ray.exceptions.RayActorError:  # the host died (e.g. its node): reads as killed
-            info = {"pid": -1, "node_ip": ""}
-        return RayProcess(host, info["pid"], info["node_ip"], [*prefix, *argv])
-
-
-def spawner_for(cfg: Any) -> RaySpawner:
-    """The spawner of a run: actors ask for ``num_cpus=cfg.actor_cpus``, learner
-    processes (``--num_learner_processes``) for what the accelerator process asks,
-    anything else (remote inference servers) for one CPU."""
-    learner = {"num_cpus": cfg.learner_cpus, "num_gpus": cfg.learner_gpus}
-    return RaySpawner({ACTOR_MODULE: {"num_cpus": cfg.actor_cpus}, LEARNER_MODULE: learner})
 
 
 def _server_host(cfg: Any) -> str:
@@ -256,7 +111,7 @@ def _send_signal(where: dict, signum: int) -> None:
     if where["node_id"] == ray.get_runtime_context().get_node_id():
         os.kill(where["pid"], signum)
         return
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415  (Ray: optional)
     strategy = NodeAffinitySchedulingStrategy(where["node_id"], soft=False)
     ray.get(ray.remote(os.kill).options(num_cpus=0, scheduling_strategy=strategy)
             .remote(where["pid"], signum), timeout=60)
@@ -265,10 +120,10 @@ def _send_signal(where: dict, signum: int) -> None:
 def cpus_wanted(cfg: Any) -> float:
     """CPUs the processes of a run ask Ray for, all together (see :func:`spawner_for`)."""
     flow = cfg.get_dataflow()
-    servers = sum(getattr(p, "count", 1) for p in flow.policy_workers)
-    return (cfg.learner_cpus * getattr(cfg, "num_learner_processes", 1)
+    servers = sum(p.count for p in flow.policy_workers)
+    return (cfg.learner_cpus * cfg.num_learner_processes
             + cfg.actor_cpus * sum(a.count for a in flow.actors)
-            + (servers if getattr(cfg, "remote_inference", False) else 0))
+            + (servers if cfg.remote_inference else 0))
 
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -286,7 +141,7 @@ def _stay_on_loopback() -> None:
     if os.environ.get(LOOPBACK_ENV) == "1":
         return  # the user asked for a joinable cluster
     os.environ[LOOPBACK_ENV] = "0"
-    from ray._private import ray_constants  # noqa: PLC0415
+    from ray._private import ray_constants  # noqa: PLC0415  (Ray: optional; private module)
     if hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
         ray_constants.ENABLE_RAY_CLUSTER = False
 
@@ -327,7 +182,6 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"--ray_address={address!r} must be HOST:PORT (e.g. 10.0.0.1:6379) or 'auto'")
-    import socket  # noqa: PLC0415
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
@@ -355,7 +209,7 @@ def train_on_ray(cfg: Any) -> dict:
       SIGTERM and a clean stop.
     """
     cfg.validate()
-    from jaxsrl.launch.launcher import ComponentDied, default_logdir  # noqa: PLC0415
+    from jaxsrl.launch.launcher import default_logdir  # noqa: PLC0415  (imports JAX: not on the driver)
     cfg = dataclasses.replace(cfg, logdir=os.path.abspath(cfg.logdir or default_logdir(cfg)))
     started = connect(cfg)
     host = None
@@ -376,7 +230,6 @@ def train_on_ray(cfg: Any) -> dict:
             raise KeyboardInterrupt("the accelerator process was stopped")
         return result["record"]
     except ray.exceptions.RayActorError as exc:
-        from jaxsrl.launch.launcher import ComponentDied  # noqa: PLC0415
         raise ComponentDied(f"the accelerator process died: {exc}") from exc
     finally:
         if host is not None:

@@ -26,20 +26,21 @@ import dataclasses
 import logging
 import math
 import os
-import threading
 import time
 from typing import Any, Callable
 
 import zmq
 
-from jaxsrl.experiment import config as config_lib
-from jaxsrl.streams import security
+from jaxsrl.core.child import read_error
+from jaxsrl.core.worker import Worker
+from jaxsrl.experiment.agent_build import agent_spec
+from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.streams import wire
 from jaxsrl.streams.param_stream import ParamPublisher
-from jaxsrl.launch.processes import ChildProcess, stop_all
-from jaxsrl.launch.processes import exit_reason
+from jaxsrl.streams.security import ENV_SERVER_PUBLIC, ENV_SERVER_SECRET
+from jaxsrl.streams.sockets import bind, open_socket
+from jaxsrl.launch.processes import ChildProcess, exit_reason, stop_all
 from jaxsrl.launch.topology import server_names
-from jaxsrl.workers.inference.server import ENV_SERVER_PUBLIC, ENV_SERVER_SECRET
 
 log = logging.getLogger("jaxsrl.launch.remote_inference")
 
@@ -63,8 +64,9 @@ class RemoteServer:
     counters: dict = dataclasses.field(default_factory=dict)
 
 
-class RemoteInferenceServers:
-    """Supervisor thread of a run's remote inference servers (see module docstring).
+class RemoteInferenceServers(Worker):
+    """Supervisor thread of a run's remote inference servers (see module docstring); a
+    :class:`~jaxsrl.core.worker.Worker` without an address of its own.
 
     Args:
       cfg: the run config.
@@ -82,24 +84,17 @@ class RemoteInferenceServers:
       spawner: where processes start (``None``: this machine).
     """
 
-    name = "remote inference servers"
-    address = None  # not a server socket itself (the launcher matches workers by address)
-
     def __init__(self, cfg: Any, flow: Any, rows: dict, store: Any, metrics: Any, table: Any,
                  actor_runs: Callable[[], dict], context: zmq.Context, logdir: str,
                  keys: Any = None, first_key_id: int = 0, spawner: Any = None):
+        super().__init__("remote inference servers")
         self.cfg, self.store, self.metrics, self.table = cfg, store, metrics, table
         self.context, self.logdir, self.keys = context, logdir, keys
         self._actor_runs, self._first_key_id = actor_runs, first_key_id
-        self.ready, self.stop, self.serving = threading.Event(), threading.Event(), threading.Event()
-        self.error: BaseException | None = None
-        self.heartbeat = time.monotonic()
         self.restarts = 0
         self.publisher: ParamPublisher | None = None
         self.servers: list[RemoteServer] = []
-        agent_config = config_lib.to_dict(cfg).get(cfg.agent_field)
-        base = {"agent": cfg.agent, "agent_config": agent_config, "env": cfg.env,
-                "env_kwargs": cfg.env_kwargs or {}, "host": cfg.host, "port": 0,
+        base = {**agent_spec(cfg), "host": cfg.host, "port": 0,
                 "deadline_ms": cfg.inference_deadline_ms, "parent_pid": os.getpid(),
                 "compilation_cache_dir": cfg.compilation_cache_dir}
         key_id = first_key_id
@@ -114,7 +109,7 @@ class RemoteInferenceServers:
                 key_id += 1
                 spec = base | {"name": name, "policy": p.policy, "max_rows": rows[p.inference_stream],
                                "seed": cfg.seed + 7919 * (i + 1) + 104729 * j,
-                               "error_file": os.path.join(logdir, "errors", f"{name}.txt")}
+                               "error_file": RunDir(logdir).error_file(name)}
                 child = ChildProcess(name, spec, module="jaxsrl.workers.inference", env=env,
                                      prefix=tuple(p.launch_prefix), spawner=spawner)
                 self.servers.append(RemoteServer(name, p.policy, p.inference_stream, child))
@@ -124,22 +119,18 @@ class RemoteInferenceServers:
         return [s.address for s in self.servers if s.stream == stream]
 
     # -- thread ------------------------------------------------------------------
-    def run(self) -> None:
-        """Supervise until ``stop`` is set. Exceptions are kept in ``self.error``."""
+    def _run(self) -> None:
+        """Supervise until ``stop`` is set (``run()`` calls this; exceptions end up in ``error``)."""
         status = None
         try:
             server_keys = (self.keys.server_public, self.keys.server_secret) if self.keys else None
-            status = self.context.socket(zmq.PULL)
-            status.setsockopt(zmq.LINGER, 0)
-            status.setsockopt(zmq.MAXMSGSIZE, wire.MAX_HEADER_BYTES)
-            if server_keys is not None:
-                security.make_server(status, *server_keys)
-            port = status.bind_to_random_port(f"tcp://{self.cfg.host}")
-            status_address = f"tcp://{security.connect_host(self.cfg.host)}:{port}"
+            status = open_socket(self.context, zmq.PULL, max_frame_bytes=wire.MAX_HEADER_BYTES,
+                                 curve_server=server_keys)
+            status_address = bind(status, self.cfg.host)
             self.publisher = ParamPublisher(
                 self.store, sorted({s.policy for s in self.servers}), self.context, self.cfg.host,
                 interval_s=self.cfg.param_publish_interval_s, curve=server_keys,
-                actor_runs=self._actor_runs)
+                actor_runs=self._actor_runs, metrics=self.metrics)
             param_address = self.publisher.start()
             curve = None
             if self.keys is not None:
@@ -161,10 +152,6 @@ class RemoteInferenceServers:
                             break
                         self._on_status(frames)
                 self._watch()
-        except BaseException as exc:  # surfaced by the launcher, which names this worker
-            self.error = exc
-            self.ready.set()
-            raise
         finally:
             stop_all([s.child for s in self.servers])
             if self.publisher is not None:
@@ -256,7 +243,7 @@ class RemoteInferenceServers:
 
     def _restart(self, s: RemoteServer, reason: str) -> None:
         s.child.kill()
-        error = _first_line(s.child.spec.get("error_file"))
+        error = read_error(s.child.spec.get("error_file"))
         if self.restarts >= self.cfg.max_server_restarts:
             raise RuntimeError(
                 f"inference server {s.name} (pid {s.child.proc.pid}) {reason}"
@@ -275,10 +262,3 @@ class RemoteInferenceServers:
 def metric_name(server: str) -> str:
     """``policy[1]`` -> ``policy_1``: a metric-key part TensorBoard accepts as is."""
     return server.replace("[", "_").replace("]", "")
-
-
-def _first_line(path: str | None) -> str:
-    if not path or not os.path.exists(path):
-        return ""
-    with open(path, errors="replace") as f:
-        return f.readline().strip()[:500]

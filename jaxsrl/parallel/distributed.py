@@ -35,6 +35,9 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
+from jax._src import distributed as jax_distributed  # private: the only client accessor
+from jax._src import xla_bridge  # private: the only way to ask before failing
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
@@ -82,7 +85,6 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
         raise ValueError(f"num_processes={num_processes!r} must be a positive integer")
     if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
         raise ValueError(f"process_id={process_id!r} must be in 0..{num_processes - 1}")
-    from jax._src import xla_bridge  # noqa: PLC0415  (the only way to ask before failing)
     if xla_bridge.backends_are_initialized():
         raise RuntimeError("jaxsrl.parallel.distributed.initialize must run before any other JAX call "
                            "in the process (a multi-process learner needs a fresh process)")
@@ -110,7 +112,6 @@ def client():
     Raises:
       RuntimeError: :func:`initialize` was not called.
     """
-    from jax._src import distributed as jax_distributed  # noqa: PLC0415  (no public accessor)
     c = jax_distributed.global_state.client
     if c is None:
         raise RuntimeError("jaxsrl.parallel.distributed.initialize was not called in this process")
@@ -241,8 +242,6 @@ class PrimaryCheckpointer(Checkpointer):
 
     def __init__(self, directory: str, max_to_keep: int = 3):  # noqa: D107
         # Not super().__init__: Orbax's create=True would wait for every process.
-        import orbax.checkpoint as ocp  # noqa: PLC0415
-
         self.directory = os.path.abspath(directory)
         os.makedirs(self.directory, exist_ok=True)  # Orbax's create=True needs every process
         primary = jax.process_index()

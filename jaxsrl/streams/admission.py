@@ -120,6 +120,24 @@ class DropLog:
         self._log.warning("%s: dropped a malformed %s: %s%s", worker, self._what, reason, more)
 
 
+def drop_input(drop_log: DropLog, worker: str, exc: BaseException, metrics, counter: str,
+               stale_counter: str) -> None:
+    """Log (rate-limited, through ``drop_log``) and count one input a server dropped:
+    under ``stale_counter`` if it came from an actor's previous run
+    (:class:`StaleRunError`), else under ``counter``.
+
+    Args:
+      drop_log: the server's :class:`DropLog`.
+      worker: the server's name.
+      exc: why the input was refused (a ``WireError``, or whatever checking it raised).
+      metrics: the run's accumulator (its ``count``).
+      counter, stale_counter: counter names, e.g. ``dropped_segments`` and
+        ``stale_run_segments_dropped``.
+    """
+    drop_log(worker, exc if isinstance(exc, WireError) else f"{type(exc).__name__}: {exc}")
+    metrics.count(stale_counter if isinstance(exc, StaleRunError) else counter)
+
+
 def nonfinite_arrays(arrays: Mapping[str, np.ndarray], names=None) -> list[str]:
     """Names (among ``names``, default all) of floating-point arrays holding NaN or Inf."""
     bad = []

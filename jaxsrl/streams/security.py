@@ -18,10 +18,14 @@ import dataclasses
 import os
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 #: environment variables carrying an actor's CURVE keypair (z85 text).
 ENV_CLIENT_PUBLIC = "JAXSRL_CURVE_CLIENT_PUBLIC"
 ENV_CLIENT_SECRET = "JAXSRL_CURVE_CLIENT_SECRET"
+#: environment variables carrying the run's CURVE server keypair to a remote server.
+ENV_SERVER_PUBLIC = "JAXSRL_CURVE_SERVER_PUBLIC"
+ENV_SERVER_SECRET = "JAXSRL_CURVE_SERVER_SECRET"
 
 LOOPBACK = "127.0.0.1"
 
@@ -92,8 +96,6 @@ def start_authenticator(context: zmq.Context, allowed_public_keys):
     Returns the ``ThreadAuthenticator``; call ``.stop()`` when the run ends. Only one
     may run per context, so a run that uses CURVE should use its own context.
     """
-    from zmq.auth.thread import ThreadAuthenticator  # noqa: PLC0415
-
     auth = ThreadAuthenticator(context)
     auth.start()
     auth.configure_curve_callback("*", credentials_provider=_AllowList(allowed_public_keys))

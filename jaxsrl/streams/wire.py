@@ -30,7 +30,6 @@ ALLOWED_DTYPES = frozenset(
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 #: largest accepted header frame.
 MAX_HEADER_BYTES = 64 * 1024
-_MAX_HEADER_BYTES = MAX_HEADER_BYTES
 _MAX_ARRAYS = 256
 _MAX_NDIM = 8
 
@@ -106,8 +105,8 @@ def decode(frames: Sequence, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
     if not frames:
         raise WireError("empty message")
     header_buf = _buffer(frames[0])
-    if len(header_buf) > _MAX_HEADER_BYTES:
-        raise WireError(f"header of {len(header_buf)} bytes exceeds {_MAX_HEADER_BYTES}")
+    if len(header_buf) > MAX_HEADER_BYTES:
+        raise WireError(f"header of {len(header_buf)} bytes exceeds {MAX_HEADER_BYTES}")
     try:
         header = msgpack.unpackb(header_buf, raw=False, strict_map_key=True,
                                  max_array_len=4096, max_map_len=1024)

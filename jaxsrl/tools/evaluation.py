@@ -3,7 +3,7 @@
 The run is rebuilt from ``LOGDIR/config.json`` (agent name, env, env_kwargs and the
 agent's hyperparameters under the key named after the agent) and the Orbax
 checkpoints of ``LOGDIR/checkpoints/<policy>/<step>`` (``{"agent": state, "rng": key}``,
-see :mod:`jaxsrl.launch.launcher`). Episodes run one at a time in this process, without
+the layout of :class:`jaxsrl.experiment.run_dir.RunDir`). Episodes run one at a time in this process, without
 actors or sockets::
 
     run = load_run(logdir="runs/cp")                       # newest checkpoint(s)
@@ -14,7 +14,7 @@ Gymnasium envs are built with ``gymnasium.make(env, render_mode="rgb_array")``;
 jaxsrl's multi-agent envs (hide-and-seek) with their module's ``make_env``. All agents
 of a multi-agent env that share a policy are stacked into one batch for ``act``; with a
 policy per team (a ``teams`` dataflow), each team's agents use their own policy.
-Used by ``scripts/evaluate.py``.
+Used by :mod:`jaxsrl.cli.evaluate` (``scripts/evaluate.py``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,17 @@ import warnings
 from typing import Any, Callable
 
 import gymnasium
+import imageio.v2 as imageio
 import jax
 import numpy as np
 
-from jaxsrl.core.agent import Agent, AgentFns, EnvSpec
-from jaxsrl.envs import env_spaces, is_multi_agent
+from agents import get_agent
+from jaxsrl.core.agent import Agent, AgentFns
+from jaxsrl.envs import is_multi_agent, make_env
+from jaxsrl.experiment.agent_build import agent_factory
+from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
+from jaxsrl.experiment.run_dir import RunDir
 
 log = logging.getLogger("jaxsrl.tools.evaluation")
 
@@ -94,42 +100,22 @@ class LoadedRun:
 
 
 def read_config(path: str) -> dict:
-    """A run's ``config.json`` (``path`` is the file or the run folder)."""
+    """A run's ``config.json`` (``path`` is the file or the run folder).
+
+    Raises:
+      FileNotFoundError: there is none.
+    """
     if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
+        return RunDir(path).read_config()
     if not os.path.exists(path):
         raise FileNotFoundError(f"no run config at {path} (written by the launcher at start)")
     with open(path) as f:
         return json.load(f)
 
 
-def agent_config_from_dict(config_cls: type, data: dict | None) -> Any:
-    """Rebuild an agent's config dataclass from its JSON form.
-
-    Lists become tuples where the default is a tuple (e.g. ``hidden_sizes``); keys the
-    dataclass does not know are ignored with a warning (older or newer code).
-    """
-    data = dict(data or {})
-    kwargs = {}
-    for field in dataclasses.fields(config_cls):
-        if field.name not in data:
-            continue
-        value = data.pop(field.name)
-        default = (field.default if field.default is not dataclasses.MISSING
-                   else field.default_factory() if field.default_factory is not dataclasses.MISSING
-                   else None)
-        if isinstance(value, list) and isinstance(default, tuple):
-            value = tuple(value)
-        kwargs[field.name] = value
-    if data:
-        log.warning("ignoring unknown %s keys in config.json: %s", config_cls.__name__, sorted(data))
-    return config_cls(**kwargs)
-
-
 def team_policies(config: dict) -> dict:
     """``team -> policy`` for the first actor group of the run's dataflow (``None``:
     every agent)."""
-    from jaxsrl.experiment.dataflow import Dataflow, default_dataflow  # noqa: PLC0415
     flow = (Dataflow.from_dict(config["dataflow"]) if config.get("dataflow")
             else default_dataflow(int(config.get("num_actors", 1))))
     learner = {t.sample_stream: t.policy for t in flow.trainers}
@@ -138,11 +124,8 @@ def team_policies(config: dict) -> dict:
 
 def split_checkpoint_path(path: str) -> tuple[str, int | None]:
     """``(policy_dir, step or None)`` of ``LOGDIR/checkpoints/<policy>[/<step>]``."""
-    path = os.path.abspath(path)
-    base = os.path.basename(path)
-    if base.isdigit() and os.path.isdir(path):
-        return os.path.dirname(path), int(base)
-    return path, None
+    run, policy, step = RunDir.of_checkpoint(path)
+    return run.checkpoint_dir(policy), step
 
 
 def restore_params(policy_dir: str, fns: AgentFns, step: int | None = None) -> PolicyCheckpoint:
@@ -151,7 +134,6 @@ def restore_params(policy_dir: str, fns: AgentFns, step: int | None = None) -> P
     Raises:
       FileNotFoundError: no such folder, or no checkpoint in it.
     """
-    from jaxsrl.experiment.checkpoint import Checkpointer  # noqa: PLC0415 (imports Orbax)
     if not os.path.isdir(policy_dir):
         raise FileNotFoundError(f"no checkpoint folder {policy_dir}")
     like = {"agent": fns.init(jax.random.PRNGKey(0)), "rng": jax.random.PRNGKey(0)}
@@ -187,16 +169,15 @@ def load_run(logdir: str | None = None, checkpoint: str | None = None,
       FileNotFoundError: missing config or checkpoint.
       ValueError: neither ``logdir`` nor ``checkpoint``, or an unknown agent/policy.
     """
-    from agents import get_agent  # noqa: PLC0415
     chosen: tuple[str, int | None] | None = None
     if checkpoint is not None:
-        policy_dir, step = split_checkpoint_path(checkpoint)
-        chosen = (os.path.basename(policy_dir), step)
-        checkpoints_dir = os.path.dirname(policy_dir)
+        run_dir, policy_name, step = RunDir.of_checkpoint(checkpoint)
+        chosen = (policy_name, step)
+        checkpoints = run_dir  # the policies beside the chosen one
         if logdir is None:
-            logdir = os.path.dirname(checkpoints_dir)
+            logdir = run_dir.path
     elif logdir is not None:
-        checkpoints_dir = os.path.join(logdir, "checkpoints")
+        checkpoints = RunDir(logdir)
     else:
         raise ValueError("give a run folder (logdir) or a checkpoint path")
     config = read_config(config_path or logdir)
@@ -205,10 +186,9 @@ def load_run(logdir: str | None = None, checkpoint: str | None = None,
         agent = get_agent(str(name), agents)
     except ValueError as exc:
         raise ValueError(f"config.json names agent {name!r}: {exc}") from None
-    agent_config = agent_config_from_dict(agent.config_cls, config.get(agent.name))
-    env_id, env_kwargs = config["env"], config.get("env_kwargs") or {}
-    spec = EnvSpec(*env_spaces(env_id, env_kwargs))
-    fns = agent.make(agent_config, spec, 1)  # num_updates only shapes LR schedules
+    factory = agent_factory(str(name), config.get(agent.name), config["env"],
+                            config.get("env_kwargs"), agents)
+    fns = factory.make(1)  # num_updates only shapes LR schedules
 
     if policy is not None:
         mapping = {None: policy}
@@ -219,8 +199,8 @@ def load_run(logdir: str | None = None, checkpoint: str | None = None,
     policies = {}
     for pname in sorted(set(mapping.values())):
         step = chosen[1] if chosen is not None and chosen[0] == pname else None
-        policies[pname] = restore_params(os.path.join(checkpoints_dir, pname), fns, step)
-    return LoadedRun(config, agent, agent_config, fns, policies, mapping)
+        policies[pname] = restore_params(checkpoints.checkpoint_dir(pname), fns, step)
+    return LoadedRun(config, agent, factory.config, fns, policies, mapping)
 
 
 # ----------------------------------------------------------------------------------
@@ -288,8 +268,8 @@ def make_eval_env(config: dict, render: bool) -> Any:
     if render:  # pygame-based renderers (classic control) must not look for a display
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-    from jaxsrl.envs import make_env  # noqa: PLC0415  (Atari: the training preprocessing, full games)
-    return make_env(env_id, env_kwargs, render_mode="rgb_array" if render else None)
+    return make_env(  # Atari: the training preprocessing, full games
+        env_id, env_kwargs, render_mode="rgb_array" if render else None)
 
 
 class _Policy:
@@ -454,7 +434,6 @@ def write_video(path: str, frames: list, fps: float) -> str:
     An ``.mp4`` without ``imageio-ffmpeg`` installed is written as a ``.gif`` beside
     it instead (with a warning). Returns the path actually written.
     """
-    import imageio.v2 as imageio  # noqa: PLC0415
     frames = [np.asarray(f, np.uint8) for f in frames if f is not None]
     if not frames:
         raise ValueError("no frames to write (does the env render rgb_array frames?)")

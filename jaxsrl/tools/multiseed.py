@@ -1,8 +1,9 @@
 """Several seeds of one training command, each in its own run folder, and their summary.
 
-``run_seeds`` launches ``python scripts/train.py ARGS --seed=S --logdir=ROOT/seed_S`` for
-each seed (in sequence on this machine, or as Ray tasks with ``ray_cpus``), then a
-deterministic evaluation of each (``scripts/evaluate.py --json``), and writes
+``run_seeds`` launches ``python -m jaxsrl.cli.train ARGS --seed=S --logdir=ROOT/seed_S``
+(the command of ``scripts/train.py``) for each seed (in sequence on this machine, or as
+Ray tasks with ``ray_cpus``), then a deterministic evaluation of each
+(``python -m jaxsrl.cli.evaluate --json``), and writes
 ``ROOT/summary.json``: per seed the exit code, the wall-clock of the whole command, the
 training return at the end, the evaluation return, and the first env step and time
 from launch at which the training return reached ``threshold``; across seeds their
@@ -30,8 +31,8 @@ from typing import Sequence
 from jaxsrl.tools.plotting import RETURN_KEY, load_metrics
 from jaxsrl.core.paths import REPO_ROOT
 
-TRAIN = os.path.join(REPO_ROOT, "scripts", "train.py")
-EVALUATE = os.path.join(REPO_ROOT, "scripts", "evaluate.py")
+TRAIN = ["-m", "jaxsrl.cli.train"]
+EVALUATE = ["-m", "jaxsrl.cli.evaluate"]
 
 
 def first_crossing(records: list, threshold: float, key: str = RETURN_KEY) -> dict | None:
@@ -83,18 +84,26 @@ def summarise(seeds: list[dict], threshold: float | None) -> dict:
 
 
 def _command(train_args: Sequence[str], seed: int, logdir: str) -> list[str]:
-    return [sys.executable, TRAIN, *train_args, f"--seed={seed}", f"--logdir={logdir}"]
+    return [sys.executable, *TRAIN, *train_args, f"--seed={seed}", f"--logdir={logdir}"]
+
+
+def _child_env() -> dict[str, str]:
+    """This environment with this checkout first on ``PYTHONPATH``: the commands import
+    the same jaxsrl as this process, wherever they start (a Ray task's directory too)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p))
 
 
 def _run_one(train_args: Sequence[str], seed: int, logdir: str, eval_episodes: int) -> dict:
     """Train one seed, then evaluate it; the exit codes and the command's wall-clock."""
     t0 = time.monotonic()
-    rc = subprocess.call(_command(train_args, seed, logdir))
+    rc = subprocess.call(_command(train_args, seed, logdir), env=_child_env())
     out = {"seed": seed, "train_rc": rc, "command_s": time.monotonic() - t0}
     if rc == 0 and eval_episodes > 0:
-        out["eval_rc"] = subprocess.call([sys.executable, EVALUATE, f"--logdir={logdir}",
+        out["eval_rc"] = subprocess.call([sys.executable, *EVALUATE, f"--logdir={logdir}",
                                           f"--episodes={eval_episodes}",
-                                          f"--json={os.path.join(logdir, 'eval.json')}"])
+                                          f"--json={os.path.join(logdir, 'eval.json')}"],
+                                         env=_child_env())
     return out
 
 
@@ -127,7 +136,7 @@ def run_seeds(train_args: Sequence[str], seeds: Sequence[int], root: str,
         raise ValueError(f"{taken[0]} exists already: choose another --root")
     os.makedirs(root, exist_ok=True)
     if ray_cpus > 0:
-        import ray  # noqa: PLC0415  (optional dependency, only for --ray_cpus)
+        import ray  # noqa: PLC0415  (optional dependency: Ray, only for --ray_cpus)
         ray.init(ignore_reinit_error=True)
         task = ray.remote(num_cpus=ray_cpus)(_run_one)
         runs = ray.get([task.remote(list(train_args), s, dirs[s], eval_episodes) for s in seeds])

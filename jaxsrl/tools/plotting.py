@@ -12,19 +12,22 @@ for. When the runs report episode statistics
 Runs with the same label (default: the agent name from ``config.json``) form a group
 drawn in one colour: each run as a thin line and, with two or more runs, their mean
 (bold) and +-1 std (shaded), or with ``band="median"`` their median (bold) and min-max
-range (shaded), on the x range all of them cover. Used by ``scripts/plot.py``.
+range (shaded), on the x range all of them cover. Used by :mod:`jaxsrl.cli.plot` (``scripts/plot.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import math
 import os
 from typing import Sequence
 
 import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure  # headless: no pyplot, no display
+
+from jaxsrl.experiment.run_dir import RunDir
 
 RETURN_KEY = "episode_return_mean"
 
@@ -70,33 +73,14 @@ def load_metrics(logdir: str) -> list:
     Raises:
       FileNotFoundError: no metrics file.
     """
-    path = os.path.join(logdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no metrics file {path}")
-    records = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line being written when we read
-            if isinstance(record, dict):
-                records.append(record)
-    return records
+    return RunDir(logdir).read_metrics()
 
 
 def default_label(logdir: str) -> str:
     """The agent name from ``config.json``, else the folder name."""
-    try:
-        with open(os.path.join(logdir, "config.json")) as f:
-            agent = json.load(f).get("agent")
-        if isinstance(agent, str) and agent:
-            return agent
-    except (OSError, ValueError, AttributeError):
-        pass
+    agent = RunDir(logdir).config_or_empty().get("agent")
+    if isinstance(agent, str) and agent:
+        return agent
     return os.path.basename(os.path.normpath(logdir))
 
 
@@ -229,8 +213,6 @@ def _draw_references(ax, references: Sequence[tuple]) -> None:
 def _figure(panels: list, runs: list, smoothing: float, path: str, title: str, cols: int,
             references: Sequence[tuple] = (), time_references: Sequence[tuple] = (),
             band: str = "mean") -> str:
-    from matplotlib.figure import Figure  # noqa: PLC0415 (headless: no pyplot, no display)
-    from matplotlib import colormaps  # noqa: PLC0415
     cols = max(1, min(cols, len(panels)))
     rows = math.ceil(len(panels) / cols)
     fig = Figure(figsize=(4.6 * cols, 3.3 * rows), layout="constrained")

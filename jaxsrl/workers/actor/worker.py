@@ -34,7 +34,11 @@ socket to the next address (replies still on their way from the old one are lost
 with the old socket) and re-sends that stream's outstanding requests; failovers are
 logged and counted in segment meta (``failovers``, since the previous segment).
 
-Exit codes: 0 stopped by SIGTERM/SIGINT; 3 no inference server of a stream answered in
+Serial mode (``--launcher=serial``) runs the same :class:`Actor` as a thread of the
+launcher's process through :func:`run_actor`, with the run's ZeroMQ context (its
+``inproc://`` addresses) and a ``stop`` event in place of SIGTERM.
+
+Exit codes: 0 stopped by SIGTERM/SIGINT (or the ``stop`` event); 3 no inference server of a stream answered in
 ``timeout_s`` (``startup_timeout_s``, default 300 s, for the first answer: servers
 compile while actors start; with fallbacks, after every server was tried); 4 the
 environment raised in ``reset`` or ``step`` (traceback logged, and written to
@@ -44,232 +48,98 @@ stderr).
 
 With ``spec["curve_server_key"]`` set, every socket is a CURVE client of that server
 key, with this actor's keypair from the environment (:mod:`jaxsrl.streams.security`).
+
+In one process with other workers (tests, a serial launcher), :class:`Actor` is a
+:class:`~jaxsrl.core.worker.Worker`: ``run()`` in a thread, ``stop.set()`` ends it
+within ``_POLL_SLICE_MS`` (a segment waiting for room in the learner's queue is
+dropped then).
+
+Files: this one is the event loop; :mod:`~jaxsrl.workers.actor.spec` the spec,
+:mod:`~jaxsrl.workers.actor.segments` a ring slot and its segment buffers,
+:mod:`~jaxsrl.workers.actor.policy_stream` one policy's sockets and failover state.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
 import time
-import traceback
 from typing import Any
 
-import numpy as np
 import zmq
 
-from jaxsrl.streams import security
-from jaxsrl.streams import wire
-from jaxsrl.envs import env_has_idle_rows, make_actor_env
-from jaxsrl.streams.spaces import action_leaf
-from jaxsrl.core.child import die_with_parent, install_stop_signals, write_error
+from jaxsrl.core.child import report_failure, start_child
 from jaxsrl.core.exit_codes import EXIT_ENV_ERROR, EXIT_LEARNER_TIMEOUT, EXIT_SERVER_TIMEOUT
+from jaxsrl.core.worker import Worker
+from jaxsrl.envs import env_has_idle_rows, make_actor_env
+from jaxsrl.streams import security, wire
+from jaxsrl.streams.spaces import action_leaf
+from jaxsrl.workers.actor.policy_stream import PolicyStream
+from jaxsrl.workers.actor.segments import EnvError, Group, take_rows
+from jaxsrl.workers.actor.spec import ActorSpec
 
 log = logging.getLogger("jaxsrl.actor")
-
-
-
-class EnvError(RuntimeError):
-    """The environment raised in ``reset`` or ``step`` (the original is the ``__cause__``)."""
+#: longest single wait of the event loop (ms): how soon a set ``stop`` is noticed.
+_POLL_SLICE_MS = 100
 
 
 class LearnerTimeout(TimeoutError):
     """A trainer did not take a segment within the sample timeout."""
 
 
-class SegmentBuffer:
-    """Preallocated ``[rows, T(+1), ...]`` buffers for one stream's current segment.
+class Actor(Worker):
+    """The actor's event loop (see module docstring).
 
-    With ``with_valid`` it also keeps ``valid`` ``[rows, T]`` bool per-step validity
-    flags (``StepResult.valid``), sent as the segment's ``valid`` array."""
+    Args:
+      spec: the launcher's spec (:class:`~jaxsrl.workers.actor.spec.ActorSpec` or its
+        JSON form).
+      context: ZeroMQ context of its sockets (default: the process-wide one).
 
-    def __init__(self, first_obs: dict, T: int, action_dtype: str, action_shape: tuple, carry: dict,
-                 with_valid: bool = False):
-        rows = len(next(iter(first_obs.values())))
-        self.T, self.t = T, 0
-        self.obs = {k: np.zeros((rows, T + 1) + v.shape[1:], v.dtype) for k, v in first_obs.items()}
-        self.final_obs = {k: np.zeros((rows, T) + v.shape[1:], v.dtype) for k, v in first_obs.items()}
-        self.action = np.zeros((rows, T) + action_shape, action_dtype)
-        self.reward = np.zeros((rows, T), np.float32)
-        self.terminated = np.zeros((rows, T), bool)
-        self.truncated = np.zeros((rows, T), bool)
-        self.logp = np.zeros((rows, T), np.float32)
-        self.version = np.zeros((rows, T), np.int32)
-        self.valid = np.ones((rows, T), bool) if with_valid else None
-        self.carry = {k: np.zeros_like(v) for k, v in carry.items()}
-        self.episodes: list = []
-        self.start(first_obs, carry)
+    Raises:
+      EnvError: an environment could not be built or reset.
+      ValueError: a bad spec.
+      RuntimeError: the spec asks for CURVE but the keypair is not in the environment.
+    """
 
-    def start(self, obs: dict, carry: dict) -> None:
-        self.t = 0
-        self.episodes = []
-        for k, v in obs.items():
-            self.obs[k][:, 0] = v
-        for k, v in carry.items():
-            self.carry[k][:] = v
-
-    def record(self, action, logp, version: int, reward, terminated, truncated, obs, final_obs,
-               valid=None) -> bool:
-        """Store one step; returns True when the segment is full."""
-        t = self.t
-        if self.valid is not None:
-            self.valid[:, t] = valid
-        self.action[:, t] = action
-        self.logp[:, t] = logp
-        self.version[:, t] = version
-        self.reward[:, t] = reward
-        self.terminated[:, t] = terminated
-        self.truncated[:, t] = truncated
-        for k, v in obs.items():
-            self.obs[k][:, t + 1] = v
-        for k, v in final_obs.items():
-            self.final_obs[k][:, t] = v
-        self.t += 1
-        return self.t == self.T
-
-    def arrays(self) -> dict:
-        out = dict(self.obs)
-        out.update({"final_" + k: v for k, v in self.final_obs.items()})
-        out.update(action=self.action, reward=self.reward, terminated=self.terminated,
-                   truncated=self.truncated, logp=self.logp, version=self.version)
-        if self.valid is not None:
-            out["valid"] = self.valid
-        out.update(self.carry)
-        return out
-
-
-class Stream:
-    """One policy's view of the actor: its sockets and the rows of each group it serves."""
-
-    def __init__(self, spec: dict, ctx: zmq.Context, curve: tuple | None = None):
-        self.policy = spec["policy"]
-        self.team = spec.get("team")
-        self.addresses = list(spec.get("inference_addresses") or [spec["inference_address"]])
-        self.current = 0  # index of the server in use
-        self.sample_address = spec["sample_address"]
-        self._ctx, self._curve = ctx, curve
-        self.inference = self._connect(self.addresses[0])
-        self.samples = ctx.socket(zmq.PUSH)
-        self.samples.setsockopt(zmq.LINGER, 1000)
-        self.samples.setsockopt(zmq.SNDHWM, int(spec.get("sample_hwm", 2)))
-        # kernel send buffer (bytes; -1: the OS default): small for replay learners, so
-        # back-pressure holds few segments in flight (TrainerWorker.sample_buffer_bytes)
-        self.samples.setsockopt(zmq.SNDBUF, int(spec.get("sample_sndbuf", -1)))
-        if curve is not None:
-            security.make_client(self.samples, *curve)
-        self.samples.connect(spec["sample_address"])
-        # Failover state: since when requests wait without an answer, since when the
-        # current server has been tried, servers tried since the last answer.
-        self.silent_since = self.tried_at = time.monotonic()
-        self.tried = 1
-        self.has_answered = False
-
-    @property
-    def inference_address(self) -> str:
-        return self.addresses[self.current]
-
-    def _connect(self, address: str) -> zmq.Socket:
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        if self._curve is not None:
-            security.make_client(sock, *self._curve)
-        sock.connect(address)
-        return sock
-
-    def failover(self) -> zmq.Socket:
-        """Close the inference socket and connect a fresh one to the next server."""
-        self.inference.close()
-        self.current = (self.current + 1) % len(self.addresses)
-        self.inference = self._connect(self.addresses[self.current])
-        self.tried += 1
-        self.tried_at = time.monotonic()
-        return self.inference
-
-    def answered(self) -> None:
-        """A message came from the current server: it is alive."""
-        self.silent_since = self.tried_at = time.monotonic()
-        self.tried = 1
-        self.has_answered = True
-
-    def rows_of(self, env) -> np.ndarray:
-        teams = getattr(env, "row_team", None)
-        if self.team is None or teams is None:
-            return np.arange(env.num_rows)
-        return np.flatnonzero(np.asarray(teams) == self.team)
-
-    def close(self) -> None:
-        self.inference.close()
-        self.samples.close()
-
-
-class Group:
-    """One ring slot: its environments, and per stream its rows, carry and segment."""
-
-    def __init__(self, env, streams: list, T: int, carry_spec: list, action: tuple,
-                 with_valid: bool = False):
-        self.env = env
-        self.rows = [s.rows_of(env) for s in streams]
-        self.carry = [{name: np.zeros((len(r),) + tuple(shape), dtype) for name, dtype, shape in carry_spec}
-                      for r in self.rows]
-        self.action = np.zeros((env.num_rows,) + action[1], action[0])
-        self.logp = np.zeros(env.num_rows, np.float32)
-        self.version = [0] * len(streams)
-        self.waiting: set = set()
-        try:
-            self.obs = env.reset()
-        except Exception as exc:
-            raise EnvError(f"environment reset raised {type(exc).__name__}: {exc}") from exc
-        self.buffers = [SegmentBuffer(self._slice(self.obs, r), T, action[0], action[1], c, with_valid)
-                        for r, c in zip(self.rows, self.carry)]
-
-    @staticmethod
-    def _slice(named: dict, rows: np.ndarray) -> dict:
-        return {k: v[rows] for k, v in named.items()}
-
-
-class Actor:
-    """The actor's event loop (see module docstring). ``spec`` is the launcher's dict."""
-
-    def __init__(self, spec: dict, context: zmq.Context | None = None):
+    def __init__(self, spec: dict | ActorSpec, context: zmq.Context | None = None):
+        spec = spec if isinstance(spec, ActorSpec) else ActorSpec.from_dict(spec)
+        super().__init__(f"actor {spec.actor_id}")
         self.spec = spec
-        self.actor_id, self.run_id = int(spec["actor_id"]), int(spec["run_id"])
-        self.T = int(spec["segment_length"])
-        self.timeout_ms = int(1000 * float(spec.get("timeout_s", 30.0)))
-        self.startup_timeout_ms = int(1000 * float(spec.get("startup_timeout_s",
-                                                              max(300.0, self.timeout_ms / 1000))))
-        self.failover_s = float(spec.get("failover_s", 5.0))
+        self.actor_id, self.run_id = spec.actor_id, spec.run_id
+        self.T = spec.segment_length
+        self.timeout_ms = int(1000 * spec.timeout_s)
+        self.startup_timeout_ms = int(1000 * spec.startup_timeout_s)
+        self.failover_s = spec.failover_s
         self.failovers = 0  # since the last segment sent
-        sample_timeout_s = float(spec.get("sample_timeout_s", 10 * self.timeout_ms / 1000))
         ctx = context or zmq.Context.instance()
         curve = None
-        if spec.get("curve_server_key"):
+        if spec.curve_server_key:
             keys = security.client_keys_from_env()
             if keys is None:
                 raise RuntimeError("spec asks for CURVE but the actor's keypair is not in "
                                    f"${security.ENV_CLIENT_PUBLIC} / ${security.ENV_CLIENT_SECRET}")
-            curve = (spec["curve_server_key"], *keys)
-        self.sample_timeout_s = sample_timeout_s
-        self.ping_interval_s = float(spec.get("ping_interval_s", 1.0))
+            curve = (spec.curve_server_key, *keys)
+        self.sample_timeout_s = spec.sample_timeout_s
+        self.ping_interval_s = spec.ping_interval_s
         self._last_ping = 0.0
-        self.streams = [Stream(s, ctx, curve) for s in spec["streams"]]
+        self.streams = [PolicyStream(s, ctx, curve) for s in spec.streams]
         self.poller = zmq.Poller()
         for s in self.streams:
             self.poller.register(s.inference, zmq.POLLIN)
         self._socket_stream = {s.inference: i for i, s in enumerate(self.streams)}
-        n = int(spec["envs_per_group"])
-        carry_spec = spec.get("carry_spec", [])
+        n = spec.envs_per_group
         self.groups = []
-        for g in range(int(spec["ring_size"])):
-            seed = int(spec["seed"]) + 10_000 * self.actor_id + n * g
+        for g in range(spec.ring_size):
+            seed = spec.seed + 10_000 * self.actor_id + n * g
             try:
-                env = make_actor_env(spec["env"], n, seed, spec.get("env_kwargs"))
+                env = make_actor_env(spec.env, n, seed, spec.env_kwargs)
             except Exception as exc:
                 raise EnvError(f"environment construction raised {type(exc).__name__}: {exc}") from exc
             if g == 0:
                 self.action_leaf = action_leaf(env.action_space)
-            self.groups.append(Group(env, self.streams, self.T, carry_spec, self.action_leaf,
-                                     env_has_idle_rows(spec["env"])))  # rows of absent agents
+            self.groups.append(Group(env, self.streams, self.T, spec.carry_spec, self.action_leaf,
+                                     env_has_idle_rows(spec.env)))  # rows of absent agents
         self.timing = {"env_s": 0.0, "wait_s": 0.0}
 
     def _request(self, g: int) -> None:
@@ -280,7 +150,7 @@ class Actor:
         group, stream = self.groups[g], self.streams[i]
         if not self._outstanding(i):  # the stream's silence clock runs while it waits
             stream.silent_since = stream.tried_at = time.monotonic()
-        arrays = Group._slice(group.obs, group.rows[i])
+        arrays = take_rows(group.obs, group.rows[i])
         arrays.update(group.carry[i])
         meta = {"actor": self.actor_id, "run": self.run_id, "group": g}
         stream.inference.send_multipart(wire.encode("act", arrays, meta), copy=False)
@@ -330,13 +200,22 @@ class Actor:
         log.warning("inference server %s did not answer in %.1f s; failing over to %s "
                     "(re-sent %d request(s))", old, waited, stream.inference_address, len(resend))
 
-    def _receive(self) -> tuple[int, wire.Message]:
+    def _receive(self) -> tuple[int, wire.Message] | None:
+        """The next reply and its stream's index; ``None`` once ``stop`` is set.
+
+        Raises:
+          TimeoutError: a stream's servers stayed silent too long (:meth:`_fail_over`).
+        """
         t0 = time.perf_counter()
         while True:
+            if self.stop.is_set():
+                return None
+            self.beat()
             waiting = [i for i in range(len(self.streams)) if self._outstanding(i)]
             now = time.monotonic()
             deadline = min((self._deadline(i) for i in waiting), default=now + self.timeout_ms / 1000)
-            ready = dict(self.poller.poll(max(0, math.ceil(1000 * (deadline - now)))))
+            wait_ms = min(_POLL_SLICE_MS, max(0, math.ceil(1000 * (deadline - now))))
+            ready = dict(self.poller.poll(wait_ms))
             if ready:
                 break
             now = time.monotonic()
@@ -353,13 +232,19 @@ class Actor:
         self.timing["wait_s"] += time.perf_counter() - t0
         return i, msg
 
-    def run(self, max_segments: int | None = None) -> None:
-        """Loop until stopped (or ``max_segments`` segments were sent, for tests)."""
+    def _run(self, max_segments: int | None = None) -> None:
+        """Loop until ``stop`` is set, SIGTERM (``SystemExit``), or ``max_segments``
+        segments were sent (for tests). ``run(max_segments)`` calls this."""
+        self.ready.set()
+        self.start_serving()
         for g in range(len(self.groups)):
             self._request(g)
         sent = 0
         while max_segments is None or sent < max_segments:
-            i, msg = self._receive()
+            received = self._receive()
+            if received is None:  # stopped
+                return
+            i, msg = received
             g = msg.meta.get("group")
             if (msg.kind != "action" or not isinstance(g, int) or not 0 <= g < len(self.groups)
                     or i not in self.groups[g].waiting or not self._reply_ok(msg, g, i)):
@@ -407,8 +292,8 @@ class Actor:
                 v[done[rows]] = 0  # a new episode starts from the initial (zero) carry
             buf = group.buffers[i]
             if buf.record(group.action[rows], group.logp[rows], group.version[i], step.reward[rows],
-                          step.terminated[rows], step.truncated[rows], Group._slice(step.obs, rows),
-                          Group._slice(step.final_obs, rows),
+                          step.terminated[rows], step.truncated[rows], take_rows(step.obs, rows),
+                          take_rows(step.final_obs, rows),
                           None if step.valid is None else step.valid[rows]):
                 full.append(i)
         for i in range(len(self.streams)):
@@ -422,16 +307,16 @@ class Actor:
         group, buf = self.groups[g], self.groups[g].buffers[i]
         # Environment frames (not agent steps) and episodes are counted on the first stream only.
         meta = {"actor": self.actor_id, "run": self.run_id, "group": g,
-                "env_steps": int(getattr(group.env, "num_envs", group.env.num_rows)) * buf.T if i == 0 else 0,
+                "env_steps": group.env.num_envs * buf.T if i == 0 else 0,
                 "episodes": buf.episodes, "timing": dict(self.timing) if i == 0 else {},
                 "failovers": self.failovers if i == 0 else 0}
         if i == 0:
             self.timing = {"env_s": 0.0, "wait_s": 0.0}
             self.failovers = 0
         self._push(self.streams[i], wire.encode("segment", buf.arrays(), meta))
-        buf.start(Group._slice(group.obs, group.rows[i]), group.carry[i])
+        buf.start(take_rows(group.obs, group.rows[i]), group.carry[i])
 
-    def _push(self, stream: Stream, frames: list) -> None:
+    def _push(self, stream: PolicyStream, frames: list) -> None:
         """Send a segment; while the learner's queue is full (backpressure), tell the
         inference servers this actor is alive (``ping``) so it is not taken for hung.
 
@@ -445,6 +330,8 @@ class Actor:
                 return
             except zmq.Again:
                 pass
+            if self.stop.is_set():  # stopping: the segment is dropped
+                return
             now = time.monotonic()
             if now >= deadline:
                 raise LearnerTimeout(f"the learner at {stream.sample_address} did not take a "
@@ -457,6 +344,7 @@ class Actor:
                         s.inference.send_multipart(wire.encode("ping", {}, meta), flags=zmq.NOBLOCK)
                     except zmq.Again:
                         pass
+            self.beat()
             stream.samples.poll(min(1000, 1000 * max(0.0, deadline - now)), zmq.POLLOUT)
 
     def close(self) -> None:
@@ -469,15 +357,18 @@ class Actor:
             s.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    spec: dict[str, Any] = json.loads(argv[0])
-    logging.basicConfig(level=logging.INFO, format=f"[actor {spec['actor_id']}] %(message)s")
-    die_with_parent(spec.get("parent_pid"))
-    install_stop_signals()
+def run_actor(spec: dict, context: zmq.Context | None = None, stop: Any = None) -> int:
+    """Build and run one actor until it stops; returns its exit code (module docstring).
+
+    The body of an actor process (:func:`main`), and of an actor thread in serial mode
+    (``context``: the run's ZeroMQ context; ``stop``: an event that ends the actor within
+    100 ms of a blocking wait). Errors other than the ones with an exit code propagate.
+    """
     actor = None
     try:
-        actor = Actor(spec)
+        actor = Actor(spec, context)
+        if stop is not None:
+            actor.stop = stop
         actor.run()
     except LearnerTimeout as exc:
         log.error("%s; exiting", exc)
@@ -486,14 +377,17 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s; exiting", exc)
         return EXIT_SERVER_TIMEOUT
     except EnvError as exc:
-        text = "".join(traceback.format_exception(exc.__cause__ or exc))
-        log.error("%s; exiting (exit code %d)\n%s", exc, EXIT_ENV_ERROR, text)
-        write_error(spec.get("error_file"), f"{exc}\n{text}")
-        return EXIT_ENV_ERROR
+        return report_failure(spec, str(exc), exc.__cause__ or exc, EXIT_ENV_ERROR)
     finally:
         if actor is not None:
             actor.close()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jaxsrl.workers.actor SPEC_JSON``; returns the exit code (module docstring)."""
+    spec = start_child(argv, lambda s: f"actor {s.get('actor_id')}")
+    return run_actor(spec)
 
 
 if __name__ == "__main__":

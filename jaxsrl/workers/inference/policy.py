@@ -19,7 +19,6 @@ they are buffered (``MAXMSGSIZE``: the peer is disconnected).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any, Callable
 
@@ -27,13 +26,14 @@ import jax
 import numpy as np
 import zmq
 
-from jaxsrl.streams import security
-from jaxsrl.streams import wire
-from jaxsrl.streams.spaces import obs_schema, unflatten_obs
+from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.metrics import MetricsAccumulator
-from jaxsrl.streams.params import ParameterStore
+from jaxsrl.streams import wire
+from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, message_ids
 from jaxsrl.streams.carry import CarryCodec
-from jaxsrl.streams.admission import ActorTable, DropLog, StaleRunError, message_ids
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.streams.sockets import bind, open_socket
+from jaxsrl.streams.spaces import obs_schema, unflatten_obs
 
 log = logging.getLogger("jaxsrl.policy")
 _MAX_GROUP = 1 << 20
@@ -52,8 +52,13 @@ def bucket_sizes(max_rows: int, multiple: int, smallest: int = 8) -> list[int]:
     return sorted(set(sizes))
 
 
-class PolicyWorker:
-    """Inference server thread of one policy.
+class PolicyWorker(Worker):
+    """Inference server thread of one policy (lifecycle: :class:`~jaxsrl.core.worker.Worker`).
+
+    Metrics: ``inference/batch_rows`` and ``inference/requests`` (means per batch),
+    ``inference/latency_ms`` samples (``_p50``/``_p99`` per interval: from noticing a
+    batch's first request to its last reply sent), ``inference/batches`` (counter),
+    ``dropped_requests`` and ``stale_run_requests_dropped``.
 
     Args:
       name: worker name (for logs and errors).
@@ -65,7 +70,8 @@ class PolicyWorker:
       metrics: run metrics (dropped messages, batch sizes).
       max_rows: largest batch of rows in one call (sum over actors' groups).
       num_devices: batch sizes are padded to multiples of this.
-      host: interface to bind (``127.0.0.1`` unless told otherwise).
+      host: interface to bind (``127.0.0.1`` unless told otherwise), or
+        ``jaxsrl.streams.sockets.INPROC`` (serial mode).
       deadline_ms: after the first request, wait this long for more (0: take what
         is waiting).
       seed: seed of the action-sampling RNG.
@@ -82,7 +88,8 @@ class PolicyWorker:
                  max_rows: int, num_devices: int = 1, host: str = "127.0.0.1",
                  deadline_ms: float = 0.0, seed: int = 0, actors: ActorTable | None = None,
                  context: zmq.Context | None = None, curve: tuple | None = None, port: int = 0):
-        self.name, self.policy, self.port = name, policy, port
+        super().__init__(name)
+        self.policy, self.port = policy, port
         self.actors, self._context, self._curve = actors, context, curve
         self._act = act
         self._carry = CarryCodec(initial_carry)
@@ -93,13 +100,7 @@ class PolicyWorker:
         self.max_rows = self.buckets[-1]
         self.host, self.deadline_s = host, deadline_ms / 1000.0
         self._rng = jax.random.PRNGKey(seed)
-        self.address: str | None = None
-        self.ready = threading.Event()
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
         self._drop_log = DropLog(log, "request")
-        self.serving = threading.Event()  # set after warm-up: requests are answered
-        self.heartbeat = time.monotonic()  # last turn of the serving loop
         # Largest valid request: max_rows rows of every array (header aside).
         row_bytes = {k: int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
                      for k, s in self._schema.items()}
@@ -107,7 +108,6 @@ class PolicyWorker:
         self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, self.max_rows * max(row_bytes.values()))
         self._pad = {b: {k: np.zeros((b,) + s.shape[1:], s.dtype) for k, s in self._schema.items()}
                      for b in self.buckets}
-        self.latency_s: list[float] = []  # recent server latencies, for the benchmark
 
     # -- compute -----------------------------------------------------------------
     def warmup(self) -> None:
@@ -156,36 +156,23 @@ class PolicyWorker:
             self.actors.seen(actor)
         return identity, msg.meta, msg.arrays, n
 
-    def run(self) -> None:
-        """Serve until ``stop`` is set. Exceptions are kept in ``self.error``."""
+    def _run(self) -> None:
+        """Serve until ``stop`` is set (``run()`` calls this; exceptions end up in ``error``)."""
+        sock = open_socket(self._context, zmq.ROUTER,
+                           max_frame_bytes=self.max_frame_bytes,  # bigger frames: disconnect
+                           curve_server=self._curve)
         try:
-            sock = (self._context or zmq.Context.instance()).socket(zmq.ROUTER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # bigger frames: disconnect
-            if self._curve is not None:
-                security.make_server(sock, *self._curve)
-            if self.port:
-                sock.bind(f"tcp://{self.host}:{self.port}")
-                port = self.port
-            else:
-                port = sock.bind_to_random_port(f"tcp://{self.host}")
-            self.address = f"tcp://{security.connect_host(self.host)}:{port}"
+            self.address = bind(sock, self.host, self.port, self.name)
             self.ready.set()  # actors may connect and queue requests while we compile
-            try:
-                self.warmup()
-                self.heartbeat = time.monotonic()
-                self.serving.set()
-                self._serve(sock)
-            finally:
-                sock.close()
-        except BaseException as exc:  # surfaced by the launcher, which names this worker
-            self.error = exc
-            self.ready.set()
-            raise
+            self.warmup()
+            self.start_serving()
+            self._serve(sock)
+        finally:
+            sock.close()
 
     def _serve(self, sock: zmq.Socket) -> None:
         while not self.stop.is_set():
-            self.heartbeat = time.monotonic()
+            self.beat()
             if not sock.poll(100):
                 continue
             t0 = time.perf_counter()
@@ -205,10 +192,8 @@ class PolicyWorker:
                         continue
                     identity, meta, arrays, n = parsed
                 except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
-                    self._drop_log(self.name, exc if isinstance(exc, wire.WireError)
-                                   else f"{type(exc).__name__}: {exc}")
-                    self.metrics.count("stale_run_requests_dropped" if isinstance(exc, StaleRunError)
-                                       else "dropped_requests")
+                    drop_input(self._drop_log, self.name, exc, self.metrics, "dropped_requests",
+                               "stale_run_requests_dropped")
                     continue
                 if rows + n > self.max_rows:  # answer it in the next call
                     self._answer(sock, batch, rows)
@@ -217,9 +202,8 @@ class PolicyWorker:
                 rows += n
             if batch:
                 self._answer(sock, batch, rows)
-                self.latency_s.append(time.perf_counter() - t0)
-                if len(self.latency_s) > 10_000:
-                    del self.latency_s[:5_000]
+                self.metrics.add_sample("inference/latency_ms", 1e3 * (time.perf_counter() - t0))
+                self.metrics.count("inference/batches")
 
     def _answer(self, sock: zmq.Socket, batch: list, rows: int) -> None:
         named = {k: np.concatenate([b[2][k] for b in batch]) if len(batch) > 1 else batch[0][2][k]

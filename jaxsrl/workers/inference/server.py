@@ -39,26 +39,32 @@ on stderr and in ``error_file``).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import threading
 import time
-import traceback
-from typing import Any
 
+import jax
 import zmq
 
-from jaxsrl.streams import security
-from jaxsrl.streams import wire
+from jaxsrl.core.child import report_failure, start_child
+from jaxsrl.core.worker import Worker
+from jaxsrl.experiment.agent_build import factory_of_spec
+from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.parallel import devices
+from jaxsrl.parallel.compile_cache import enable_compilation_cache
+from jaxsrl.streams import security, wire
 from jaxsrl.streams.admission import ActorTable
+from jaxsrl.streams.param_subscriber import ParamSubscriber
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.streams.security import ENV_SERVER_PUBLIC, ENV_SERVER_SECRET
+from jaxsrl.streams.sockets import open_socket
+from jaxsrl.workers.inference.policy import PolicyWorker
 
 log = logging.getLogger("jaxsrl.inference_server")
-
-#: environment variables carrying the run's CURVE server keypair to a remote server.
-ENV_SERVER_PUBLIC = "JAXSRL_CURVE_SERVER_PUBLIC"
-ENV_SERVER_SECRET = "JAXSRL_CURVE_SERVER_SECRET"
+__all__ = ["ENV_SERVER_PUBLIC", "ENV_SERVER_SECRET", "InferenceServer", "ReportingActorTable",
+           "bind_host", "main"]
 
 
 def bind_host(host: str) -> str:
@@ -103,38 +109,30 @@ class ReportingActorTable(ActorTable):
         return heard
 
 
-class InferenceServer:
+class InferenceServer(Worker):
     """One remote inference server process (see module docstring). ``spec`` is the
-    launcher's dict."""
+    launcher's dict. Its :meth:`run` serves (and reports its status) until ``stop`` is set
+    or SIGTERM/SIGINT (``SystemExit``); it is ``ready`` once its policy worker bound its
+    socket and ``serving`` while that worker serves.
+
+    Raises:
+      RuntimeError: the spec asks for CURVE but the keys are not in the environment.
+      ValueError: an unknown agent or environment.
+    """
 
     def __init__(self, spec: dict, context: zmq.Context | None = None):
-        import jax  # noqa: PLC0415  (imported here: the module docstring is cheap to read)
-
-        from agents import get_agent  # noqa: PLC0415
-        from jaxsrl.parallel import devices  # noqa: PLC0415
-        from jaxsrl.core.agent import EnvSpec  # noqa: PLC0415
-        from jaxsrl.envs import env_spaces  # noqa: PLC0415
-        from jaxsrl.tools.evaluation import agent_config_from_dict  # noqa: PLC0415
-        from jaxsrl.experiment.metrics import MetricsAccumulator  # noqa: PLC0415
-        from jaxsrl.streams.param_stream import ParamSubscriber  # noqa: PLC0415
-        from jaxsrl.streams.params import ParameterStore  # noqa: PLC0415
-
+        super().__init__(spec["name"])
         self.spec = spec
-        self.name, self.policy = spec["name"], spec["policy"]
+        self.policy = spec["policy"]
         self.run_id = int(spec.get("run_id", 0))
         self.status_interval_s = float(spec.get("status_interval_s", 0.5))
-        if spec.get("compilation_cache_dir"):
-            jax.config.update("jax_compilation_cache_dir",
-                              os.path.expanduser(spec["compilation_cache_dir"]))
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-        agent = get_agent(spec["agent"])
-        obs_space, action_space = env_spaces(spec["env"], spec.get("env_kwargs") or {})
-        fns = agent.make(agent_config_from_dict(agent.config_cls, spec.get("agent_config")),
-                         EnvSpec(obs_space, action_space), 1)  # num_updates: learn only
+        enable_compilation_cache(spec.get("compilation_cache_dir"))
+        factory = factory_of_spec(spec)
+        fns = factory.make(1)  # num_updates: learn only
         mesh = devices.local_mesh()
         self._mesh_size = mesh.size
         self._act = devices.jit_act(fns.act, mesh)
-        self._initial_carry, self._obs_space = fns.initial_carry, obs_space
+        self._initial_carry, self._obs_space = fns.initial_carry, factory.env.observation_space
         template = jax.eval_shape(fns.init, jax.random.PRNGKey(0)).params
         self.context = context or zmq.Context()
         self._own_context = context is None
@@ -156,13 +154,10 @@ class InferenceServer:
             spec["param_address"], self.policy, template, self.store,
             put=lambda tree: devices.put_replicated(tree, mesh), context=self.context,
             curve=self._client_curve, on_actor_runs=self.table.update)
-        self.worker = None
+        self.worker: PolicyWorker | None = None
         self._thread: threading.Thread | None = None
-        self.address: str | None = None
 
     def _start_worker(self, port: int):
-        from jaxsrl.workers.inference.policy import PolicyWorker  # noqa: PLC0415
-
         spec = self.spec
         worker = PolicyWorker(
             self.name, self.policy, self._act, self._initial_carry, self._obs_space, self.store,
@@ -171,14 +166,12 @@ class InferenceServer:
             deadline_ms=float(spec.get("deadline_ms", 0.0)),
             seed=int(spec.get("seed", 0)), actors=self.table, context=self.context,
             curve=self._server_keys, port=port)
-        thread = threading.Thread(target=worker.run, name=self.name, daemon=True)
-        thread.start()
-        worker.ready.wait()
+        thread = worker.start_thread(wait_ready=True)
         self._thread = thread
         return worker, thread
 
-    def run(self) -> None:
-        """Serve until SIGTERM/SIGINT (``SystemExit``) or an error (raised)."""
+    def _run(self) -> None:
+        """Serve until ``stop`` is set, SIGTERM/SIGINT (``SystemExit``) or an error (raised)."""
         self.subscriber.start()
         port = int(self.spec.get("port") or 0)
         worker, thread = self._start_worker(port)
@@ -193,38 +186,38 @@ class InferenceServer:
         if self.spec.get("advertise_host"):
             address = f"tcp://{self.spec['advertise_host']}:{address.rsplit(':', 1)[1]}"
         self.address = address
-        status = self.context.socket(zmq.PUSH)
-        status.setsockopt(zmq.LINGER, 0)
-        status.setsockopt(zmq.SNDHWM, 8)
-        if self._client_curve is not None:
-            security.make_client(status, *self._client_curve)
+        self.ready.set()
+        status = open_socket(self.context, zmq.PUSH, send_hwm=8, curve_client=self._client_curve)
         status.connect(self.spec["status_address"])
         log.info("serving %s at %s (parameters from %s)", self.policy, address,
                  self.spec["param_address"])
         try:
             while True:
-                for part, name in ((worker, "policy worker"), (self.subscriber, "parameter subscriber")):
-                    if part.error is not None:
-                        raise RuntimeError(f"{self.name}: {name} failed: {part.error!r}") from part.error
+                worker.raise_error(f"{self.name}: policy worker")
+                self.subscriber.raise_error(f"{self.name}: parameter subscriber")
                 if not thread.is_alive():
                     raise RuntimeError(f"{self.name}: policy worker stopped unexpectedly")
                 if self.subscriber.version < 0 and self.subscriber.dropped["mismatch"] >= 3:
                     # Never serving is worse than stopping: the launcher names this error.
                     raise RuntimeError(f"{self.name}: the learner's parameters do not match this "
                                        f"server's agent ({self.subscriber.last_drop})")
+                if worker.serving.is_set():
+                    self.serving.set()
+                self.heartbeat = worker.heartbeat
                 try:
                     status.send_multipart(wire.encode("server_status", {}, self.status()),
                                           flags=zmq.NOBLOCK)
                 except zmq.Again:  # the launcher is busy or gone: the next status will do
                     pass
-                time.sleep(self.status_interval_s)
+                if self.stop.wait(self.status_interval_s):
+                    return
         finally:
             status.close()
 
     def status(self) -> dict:
         """The ``server_status`` meta (see module docstring)."""
         snap = self.metrics.snapshot(self.status_interval_s)
-        means = {k: v for k, v in snap.items() if k.startswith("inference/")}
+        means = {k: v for k, v in snap.items() if k.startswith("inference/") and isinstance(v, float)}
         counters = {k: v for k, v in snap.items() if isinstance(v, int) and not isinstance(v, bool)
                     and k not in ("env_steps", "policy_version")}
         counters.update({f"param_dropped/{k}": v for k, v in self.subscriber.dropped.items()})
@@ -252,13 +245,8 @@ class InferenceServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jaxsrl.core.child import die_with_parent, install_stop_signals, write_error  # noqa: PLC0415
-
-    argv = sys.argv[1:] if argv is None else argv
-    spec: dict[str, Any] = json.loads(argv[0])
-    logging.basicConfig(level=logging.INFO, format=f"[{spec.get('name', 'server')}] %(message)s")
-    die_with_parent(spec.get("parent_pid"))
-    install_stop_signals()
+    """``python -m jaxsrl.workers.inference SPEC_JSON``; returns the exit code."""
+    spec = start_child(argv, lambda s: s.get("name", "server"))
     server = None
     try:
         server = InferenceServer(spec)
@@ -266,10 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit:
         return 0
     except Exception as exc:  # noqa: BLE001  (named to the launcher through the error file)
-        text = "".join(traceback.format_exception(exc))
-        log.error("%s: %r; exiting\n%s", spec.get("name"), exc, text)
-        write_error(spec.get("error_file"), f"{exc!r}\n{text}")
-        return 1
+        return report_failure(spec, repr(exc), exc, 1)
     finally:
         if server is not None:
             server.close()

@@ -1,7 +1,5 @@
 """``python -m jaxsrl.workers.learner SPEC_JSON``: one learner process."""
 
-import sys
-
 from jaxsrl.workers.learner.process import main
 
 main()

@@ -1,7 +1,8 @@
-"""Learner processes of a multi-process (multi-host) learner, and process 0's handle on them.
+"""Learner processes ``1 .. N-1`` of a multi-process (multi-host) learner.
 
 With ``--num_learner_processes=N`` (N > 1) the launcher is learner process 0: it keeps
-its trainer thread, inference servers and checkpoints, and :class:`LearnerGroup` starts
+its trainer thread, inference servers and checkpoints, and
+:class:`~jaxsrl.launch.learner_group.LearnerGroup` (process 0's side) starts
 processes ``1 .. N-1`` (``python -m jaxsrl.workers.learner '<json spec>'``), or
 waits for them to be started on other hosts. All N join one JAX process group
 (:func:`jaxsrl.parallel.distributed.initialize`). Each runs a
@@ -37,24 +38,19 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
-import time
-from typing import Any
 
 from jaxsrl.parallel import distributed
 from jaxsrl.experiment.metrics import MetricsAccumulator
-from jaxsrl.launch.processes import ChildProcess, exit_reason, stop_all
-from jaxsrl.core.child import die_with_parent
+from jaxsrl.core.child import start_child
 
 log = logging.getLogger("jaxsrl.learner_process")
 MODULE = "jaxsrl.workers.learner"
-#: seconds between a learner process's heartbeats; process 0 calls one silent for
-#: ``DEAD_AFTER_S`` dead (while it waits for it at an update).
+#: seconds between a learner process's heartbeats (process 0 watches them:
+#: ``jaxsrl.launch.learner_group.DEAD_AFTER_S``).
 HEARTBEAT_S = 0.5
-DEAD_AFTER_S = 30.0
 
 
 class MetricsRelay(MetricsAccumulator):
@@ -123,293 +119,6 @@ def route_host(coordinator_address: str) -> str:
         return s.getsockname()[0]
 
 
-# -- process 0 ------------------------------------------------------------------------
-class LearnerGroup:
-    """Process 0's side of a multi-process learner (the launcher holds one per run).
-
-    Use :meth:`start` (before any other JAX call), then per trainer
-    :meth:`share_state`, :meth:`gate`, :meth:`put_batch`, per actor
-    :meth:`sample_address`, and :meth:`close` at the end.
-
-    Args:
-      cfg: the run config (``num_learner_processes``, ``coordinator_address``,
-        ``spawn_learner_processes``, ``actor_timeout_s``, ...).
-      spawner: where processes ``1 .. N-1`` start (see :mod:`jaxsrl.launch.processes`).
-    """
-
-    def __init__(self, cfg: Any, spawner: Any = None):
-        self.cfg, self.spawner = cfg, spawner
-        self.n = cfg.num_learner_processes
-        self.address = cfg.coordinator_address or f"127.0.0.1:{free_port()}"
-        self.timeout_s = 10 * cfg.actor_timeout_s  # like an actor's wait for its learner
-        self.children: list[ChildProcess] = []
-        self.mesh = None
-        self._addresses: dict[int, str] = {}
-        self._beats: dict[int, tuple] = {}  # process -> (last heartbeat value, when it changed)
-        self._joined = False
-        self.watch = PeerWatch(self)
-
-    @classmethod
-    def start(cls, cfg: Any, spawner: Any = None) -> "LearnerGroup":
-        """Start processes ``1 .. N-1`` (if ``cfg.spawn_learner_processes``) and join them.
-
-        Raises:
-          ValueError: ``batch_segments`` not divisible by the devices of all processes,
-            or processes with different local device counts.
-          distributed.PeerError: a learner process exited, or not all joined within
-            ``10 * actor_timeout_s``.
-        """
-        group = cls(cfg, spawner)
-        try:
-            group._start()
-        except BaseException:
-            group.close()
-            raise
-        return group
-
-    def _start(self) -> None:
-        import jax  # noqa: PLC0415
-
-        if self.cfg.spawn_learner_processes:
-            for p in range(1, self.n):
-                child = ChildProcess(f"learner[{p}]", {
-                    "coordinator_address": self.address, "num_processes": self.n,
-                    "process_id": p, "timeout_s": self.timeout_s, "parent_pid": os.getpid()},
-                    module=MODULE, spawner=self.spawner)
-                child.start()
-                self.children.append(child)
-            log.info("started learner processes 1..%d (%s); joining them at %s", self.n - 1,
-                     ", ".join(str(c.proc.pid) for c in self.children), self.address)
-        else:
-            log.info("waiting for learner processes 1..%d to join at %s (start them with "
-                     "python -m %s '{\"coordinator_address\": \"%s\", \"num_processes\": %d, "
-                     "\"process_id\": P}')", self.n - 1, self.address, MODULE, self.address, self.n)
-        # initialize blocks until all have joined: wait in a thread, watching the children.
-        error: list = []
-        joiner = threading.Thread(target=lambda: _catch(error, distributed.initialize, self.address,
-                                                        self.n, 0, timeout_s=self.timeout_s),
-                                  name="jax.distributed.initialize", daemon=True)
-        joiner.start()
-        while joiner.is_alive():
-            joiner.join(0.1)
-            self._children_alive()
-        if error:
-            raise error[0]
-        self._joined = True
-        self.mesh = distributed.global_mesh()
-        per_process = {d.process_index for d in jax.devices()}
-        counts = {p: sum(d.process_index == p for d in jax.devices()) for p in per_process}
-        if len(set(counts.values())) != 1:
-            raise ValueError(f"learner processes have different local device counts {counts}; "
-                             "give every process the same number of devices")
-        if self.cfg.batch_segments % self.mesh.size:
-            raise ValueError(f"batch_segments={self.cfg.batch_segments} is not divisible by the "
-                             f"{self.mesh.size} devices of the {self.n} learner processes")
-
-    def share_state(self, trainer: str, policy: str, state: Any, rng: Any, version: int, *,
-                    num_updates: int, max_rows: int) -> tuple[Any, Any]:
-        """Hand the run to processes ``1 .. N-1`` and process 0's learner state to all.
-
-        Args:
-          trainer, policy: the (only) trainer of the dataflow and its policy.
-          state, rng, version: process 0's fresh or restored learner state.
-          num_updates: planned updates (learning-rate schedules).
-          max_rows: most rows one segment may have.
-
-        Returns:
-          ``(state, rng)``: the state replicated over every device of every process
-          (:func:`jaxsrl.parallel.distributed.global_mesh`), and the RNG key as a local array.
-        """
-        import jax.numpy as jnp  # noqa: PLC0415
-        import numpy as np  # noqa: PLC0415
-
-        from jaxsrl.experiment import config as config_lib  # noqa: PLC0415
-
-        cfg = self.cfg
-        distributed.put_json("run", {
-            "agent": cfg.agent, "agent_config": config_lib.to_dict(cfg)[cfg.agent_field],
-            "env": cfg.env, "env_kwargs": cfg.env_kwargs or {}, "num_updates": num_updates,
-            "segment_length": cfg.segment_length, "batch_segments": cfg.batch_segments // self.n,
-            "max_staleness": cfg.max_staleness, "on_nonfinite": cfg.on_nonfinite,
-            "trainer": trainer, "policy": policy, "max_rows": max_rows,
-            "compilation_cache_dir": cfg.compilation_cache_dir})
-        self._barrier(f"state/{policy}")
-        host = distributed.broadcast_from_first(
-            {"agent": state, "rng": rng, "version": np.int32(version)})
-        return distributed.put_replicated_global(host["agent"], self.mesh), jnp.asarray(host["rng"])
-
-    def gate(self, policy: str, metrics: MetricsAccumulator) -> distributed.Lockstep:
-        """The trainer's ``before_update`` hook; the others' metrics go into ``metrics``.
-
-        A dead peer does not make it raise: :attr:`watch` reports it, and the launcher's
-        stop then ends the gate's wait, so the trainer still saves its checkpoint.
-        """
-        return distributed.Lockstep(policy, timeout_s=self.timeout_s,
-                                    on_payload=lambda p, payload: replay(metrics, payload))
-
-    def jit_learn(self, learn):
-        """``learn`` jitted over every process's devices (see :func:`jaxsrl.parallel.devices.jit_learn`);
-        an update that fails because a learner process died raises
-        :class:`~jaxsrl.parallel.distributed.PeerError` naming it (the state before the update is
-        intact: the launcher still checkpoints it)."""
-        from jaxsrl.parallel import devices  # noqa: PLC0415
-
-        return _PeerAware(devices.jit_learn(learn, self.mesh), self)
-
-    def blame(self, exc: BaseException, wait_s: float = 2.0) -> None:
-        """Raise :class:`~jaxsrl.parallel.distributed.PeerError` from ``exc`` if a learner process
-        died (checked for up to ``wait_s``); return otherwise."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                self.check_peers()
-            except distributed.PeerError as dead:
-                raise distributed.PeerError(f"an update failed: {dead} ({exc})") from exc
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.1)
-
-    def put_batch(self, batch):
-        """Process 0's rows -> the global batch (:func:`jaxsrl.parallel.distributed.put_batch_global`)."""
-        return distributed.put_batch_global(batch, self.mesh)
-
-    def sample_address(self, actor_index: int, own: str) -> str:
-        """Sample-stream address for actor ``actor_index``: ``own`` (process 0's trainer)
-        or that of learner process ``actor_index % N``.
-
-        Raises:
-          distributed.PeerError: that process did not report its address in time.
-        """
-        p = actor_index % self.n
-        if p == 0:
-            return own
-        if p not in self._addresses:
-            self._addresses[p] = distributed.get_json(f"learner/{p}/address", self.timeout_s)
-        return self._addresses[p]
-
-    def _barrier(self, name: str) -> None:
-        error: list = []
-        waiter = threading.Thread(target=lambda: _catch(error, distributed.barrier, name,
-                                                        self.timeout_s), daemon=True)
-        waiter.start()
-        while waiter.is_alive():
-            waiter.join(0.1)
-            self._children_alive()
-        if error:
-            raise error[0]
-
-    def _children_alive(self) -> None:
-        for child in self.children:
-            code = child.proc.poll()
-            if code is not None:
-                raise distributed.PeerError(f"{child.name} (pid {child.proc.pid}) exited: "
-                                            f"{exit_reason(code)}")
-
-    def check_peers(self) -> None:
-        """Raise :class:`~jaxsrl.parallel.distributed.PeerError` if a spawned process exited, or a
-        process's heartbeat (every ``HEARTBEAT_S``) stopped for ``DEAD_AFTER_S``."""
-        self._children_alive()
-        now = time.monotonic()
-        for p in range(1, self.n):
-            beat = distributed.try_get_json(f"learner/{p}/alive")
-            last, since = self._beats.get(p, (None, now))
-            if beat != last:
-                self._beats[p] = (beat, now)
-            elif now - since > DEAD_AFTER_S:
-                raise distributed.PeerError(
-                    f"learner process {p} sent no heartbeat for {now - since:.0f} s: dead or hung")
-            if distributed.try_get_json(f"learner/{p}/left") is not None:
-                raise distributed.PeerError(f"learner process {p} stopped (see its log)")
-
-    def close(self, grace_s: float = 15.0) -> None:
-        """Tell processes ``1 .. N-1`` to stop, wait ``grace_s`` for them (then SIGKILL
-        spawned ones), and leave the group. Never raises."""
-        try:
-            if self._joined:
-                distributed.request_stop()
-            deadline = time.monotonic() + grace_s
-            while time.monotonic() < deadline:
-                if self.children:
-                    if all(c.proc.poll() is not None for c in self.children):
-                        break
-                elif not self._joined or all(distributed.try_get_json(f"learner/{p}/left")
-                                             is not None for p in range(1, self.n)):
-                    break
-                time.sleep(0.1)
-            # Still running: stuck in a collective, where SIGTERM is not handled.
-            stop_all(self.children, grace_s=2.0)
-        except Exception as exc:  # noqa: BLE001 - cleanup goes on
-            log.warning("stopping the learner processes: %r", exc)
-            stop_all(self.children, grace_s=0.0)
-        if self._joined:
-            try:
-                distributed.shutdown()
-            except Exception as exc:  # noqa: BLE001
-                log.warning("leaving the JAX process group: %r", exc)
-
-
-class _PeerAware:
-    """A jitted (or compiled) ``learn`` whose failures are blamed on a dead peer if one
-    died; ``lower(...).compile()`` keeps the wrapper (the trainer compiles ahead of time)."""
-
-    def __init__(self, fn, group: LearnerGroup):
-        self.fn, self.group = fn, group
-
-    def lower(self, *args) -> "_PeerAwareLowered":
-        return _PeerAwareLowered(self.fn.lower(*args), self.group)
-
-    def __call__(self, *args):
-        import jax  # noqa: PLC0415
-
-        try:  # a collective's failure shows when the result is ready (the trainer waits anyway)
-            return jax.block_until_ready(self.fn(*args))
-        except Exception as exc:  # noqa: BLE001 - re-raised, named if a peer died
-            self.group.blame(exc)
-            raise
-
-
-class _PeerAwareLowered:
-    def __init__(self, lowered, group: LearnerGroup):
-        self.lowered, self.group = lowered, group
-
-    def compile(self) -> _PeerAware:
-        return _PeerAware(self.lowered.compile(), self.group)
-
-
-class PeerWatch:
-    """A worker of the launcher (same interface as the trainers and servers: ``run``,
-    ``stop``, ``ready``, ``serving``, ``heartbeat``, ``error``) that sets ``error`` when a
-    learner process dies, stops, or stops sending heartbeats, so the run stops naming it.
-    """
-
-    address = None
-
-    def __init__(self, group: LearnerGroup, interval_s: float = 0.5):
-        self.name, self.group, self.interval_s = "learner processes", group, interval_s
-        self.stop, self.ready = threading.Event(), threading.Event()
-        self.serving = threading.Event()
-        self.heartbeat = time.monotonic()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        self.ready.set()
-        self.serving.set()
-        try:
-            while not self.stop.wait(self.interval_s):
-                self.heartbeat = time.monotonic()
-                self.group.check_peers()
-        except BaseException as exc:
-            self.error = exc
-            raise
-
-
-def _catch(error: list, fn, *args, **kwargs) -> None:
-    try:
-        fn(*args, **kwargs)
-    except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-        error.append(exc)
-
-
 # -- processes 1 .. N-1 ---------------------------------------------------------------
 def run(spec: dict, stop: threading.Event) -> None:
     """Learn in lockstep with process 0 until it says stop (or ``stop`` is set).
@@ -421,24 +130,19 @@ def run(spec: dict, stop: threading.Event) -> None:
     import jax.numpy as jnp  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
-    from agents import get_agent  # noqa: PLC0415
+    from jaxsrl.envs import env_has_idle_rows  # noqa: PLC0415
+    from jaxsrl.experiment.agent_build import factory_of_spec  # noqa: PLC0415
     from jaxsrl.parallel import devices  # noqa: PLC0415
-    from jaxsrl.core.agent import EnvSpec  # noqa: PLC0415
-    from jaxsrl.envs import env_has_idle_rows, env_spaces  # noqa: PLC0415
-    from jaxsrl.tools.evaluation import agent_config_from_dict  # noqa: PLC0415
+    from jaxsrl.parallel.compile_cache import enable_compilation_cache  # noqa: PLC0415
     from jaxsrl.streams.params import ParameterStore  # noqa: PLC0415
     from jaxsrl.workers.learner.trainer import TrainerWorker  # noqa: PLC0415
 
     p, timeout_s = spec["process_id"], float(spec.get("timeout_s", 300.0))
     job = distributed.get_json("run", timeout_s)
-    if job["compilation_cache_dir"]:
-        jax.config.update("jax_compilation_cache_dir",
-                          os.path.expanduser(job["compilation_cache_dir"]))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    agent = get_agent(job["agent"])
-    obs_space, action_space = env_spaces(job["env"], job["env_kwargs"])
-    fns = agent.make(agent_config_from_dict(agent.config_cls, job["agent_config"]),
-                     EnvSpec(obs_space, action_space), job["num_updates"])
+    enable_compilation_cache(job["compilation_cache_dir"])
+    factory = factory_of_spec(job)
+    fns = factory.make(job["num_updates"])
+    obs_space, action_space = factory.env.observation_space, factory.env.action_space
     mesh = distributed.global_mesh()
     # Shapes only: the values come from process 0.
     like = jax.eval_shape(lambda: {"agent": fns.init(jax.random.PRNGKey(0)),
@@ -478,20 +182,11 @@ def run(spec: dict, stop: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    spec: dict = json.loads(argv[0])
-    for key in ("coordinator_address", "num_processes", "process_id"):
-        if key not in spec:
-            raise ValueError(f"learner process spec lacks {key!r}: {spec}")
+    """``python -m jaxsrl.workers.learner SPEC_JSON``: exits the process (``os._exit``)."""
+    stop = threading.Event()  # SIGTERM/SIGINT set it: a collective cannot be interrupted
+    spec = start_child(argv, lambda s: f"learner {s['process_id']}", stop=stop,
+                       required=("coordinator_address", "num_processes", "process_id"))
     p = spec["process_id"]
-    # force: importing Orbax already configured the root logger (absl).
-    logging.basicConfig(level=logging.INFO, format=f"[learner {p}] %(message)s", force=True)
-    logging.getLogger("absl").setLevel(logging.WARNING)
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
-    die_with_parent(spec.get("parent_pid"))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     code, joined = 1, False
     try:
         distributed.initialize(spec["coordinator_address"], spec["num_processes"], p,

@@ -1,10 +1,9 @@
 """What the launcher asks about an off-policy agent: the hooks of the replay path.
 
 The launcher wires an off-policy agent (``AgentFns.replay`` set) like an on-policy one,
-with four differences, each answered here so ``jaxsrl/launch`` holds only one-line
-hooks:
+with these differences, each answered here so ``jaxsrl/launch/wiring.py`` holds only
+one-line hooks:
 
-- :func:`replay_spec`: does the agent replay, and with what ``ReplaySpec``;
 - :func:`planned_updates`: ``learn`` calls over the run's env frames at the replay ratio;
 - :func:`complete_dataflow`: the graph gets a ``buffer`` worker on each sample stream of
   an off-policy trainer (``placement = "learner"`` unless the config says otherwise);
@@ -23,15 +22,6 @@ from jaxsrl.experiment.dataflow import Dataflow
 from jaxsrl.parallel import devices
 
 
-def replay_spec(agent: Any, agent_config: Any, spec: Any) -> ReplaySpec | None:
-    """The agent's ``ReplaySpec`` (``None`` for on-policy agents).
-
-    ``make`` is called once with ``num_updates=1`` (it only builds closures), before the
-    planned updates are known; the launcher calls it again with them.
-    """
-    return agent.make(agent_config, spec, 1).replay
-
-
 def planned_updates(items: float, spec: ReplaySpec) -> int:
     """Planned ``learn`` calls for ``items`` inserted items (one per row-step).
 
@@ -42,18 +32,22 @@ def planned_updates(items: float, spec: ReplaySpec) -> int:
     return max(1, math.ceil((items - spec.min_fill) * spec.replay_ratio / spec.batch_size))
 
 
-def complete_dataflow(flow: Dataflow, fns_of: dict[str, AgentFns]) -> Dataflow:
+def complete_dataflow(flow: Dataflow, fns_of: dict[str, AgentFns], processes: int = 1) -> Dataflow:
     """``flow`` with a learner-placed buffer on the sample stream of every off-policy
     trainer that has none.
 
     Args:
       fns_of: trainer name -> its agent functions.
+      processes: learner processes (``--num_learner_processes``).
 
     Raises:
       ValueError: a buffer on the stream of an on-policy trainer (placements are checked
-        by :meth:`Dataflow.validate`).
+        by :meth:`Dataflow.validate`), or an off-policy agent with ``processes`` > 1.
     """
     replayed = [t.sample_stream for t in flow.trainers if fns_of[t.name].replay is not None]
+    if replayed and processes > 1:
+        raise ValueError(f"num_learner_processes={processes}: off-policy agents learn in one "
+                         "process (their replay lives on its device); use 1")
     for t in flow.trainers:
         b = flow.buffer_for(t.sample_stream)
         if b is not None and fns_of[t.name].replay is None:
@@ -78,6 +72,10 @@ def trainer_kind(fns: AgentFns, cfg: Any, updates: int) -> tuple[type, dict]:
                            "restore_replay": bool(cfg.resume)}
 
 
-def jit_learn(fns: AgentFns, mesh: Any) -> Callable:
-    """``fns.learn`` jitted over ``mesh`` for its signature (off-policy: three outputs)."""
-    return (devices.jit_replay_learn if fns.replay is not None else devices.jit_learn)(fns.learn, mesh)
+def jit_learn(fns: AgentFns, placement: Any) -> Callable:
+    """``fns.learn`` jitted for its signature: on-policy through the learner's placement
+    (``placement.jit_learn``), off-policy (three outputs) over its local devices
+    (:func:`jaxsrl.parallel.devices.jit_replay_learn`; off-policy runs have one process)."""
+    if fns.replay is None:
+        return placement.jit_learn(fns.learn)
+    return devices.jit_replay_learn(fns.learn, placement.local_mesh)

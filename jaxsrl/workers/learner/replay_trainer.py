@@ -17,7 +17,9 @@ then, instead of waiting for ``batch_segments`` rows, each valid segment goes in
    version bumps per ``learn`` call, as for on-policy learners.
 
 An update whose new state holds NaN or Inf is discarded as in the base trainer
-(``nonfinite_updates_skipped``); its batch counts as sampled. Replay metrics
+(``nonfinite_updates_skipped``); its batch counts as sampled. Per update it logs the
+agent's metrics, ``learner/update_ms`` (sample to priorities written back) and
+``learner/publish_ms`` (publish and priorities). Replay metrics
 (``replay/...``, see :meth:`ReplayFeed.metrics`) reach the run metrics once a second;
 ``staleness_mean`` / ``staleness_max`` are those of the sampled items.
 
@@ -143,7 +145,8 @@ class ReplayTrainer(TrainerWorker):
         self.feed.insert(self._trajectory(arrays))
 
     def _update(self) -> None:
-        self.heartbeat = time.monotonic()
+        self.beat()
+        t0 = time.perf_counter()
         self.rng, k_sample, k_learn = jax.random.split(self.rng, 3)
         batch, ids = self.feed.sample(k_sample, self.version)
         state, metrics, priorities = self._learn(self.state, self._put_batch(batch), k_learn)
@@ -155,9 +158,13 @@ class ReplayTrainer(TrainerWorker):
             return
         self.state = state
         self.version += 1
+        t1 = time.perf_counter()
         self.store.publish(self.policy, self.version, self.state.params)
         self.feed.set_priorities(ids, priorities)
+        t2 = time.perf_counter()
         self.metrics.add_means({k: float(v) for k, v in metrics.items()})
+        self.metrics.add_means({"learner/update_ms": 1e3 * (t2 - t0),
+                                "learner/publish_ms": 1e3 * (t2 - t1)})
         self.metrics.set_version(self.policy, self.version)
 
     def _report(self) -> None:

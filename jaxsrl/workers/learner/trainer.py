@@ -40,15 +40,16 @@ import jax.numpy as jnp
 import numpy as np
 import zmq
 
-from jaxsrl.streams import security
-from jaxsrl.streams import wire
 from jaxsrl.core.agent import Trajectory
+from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.checkpoint import Checkpointer
-from jaxsrl.streams.spaces import action_leaf, obs_schema, space_leaves, unflatten_obs
 from jaxsrl.experiment.metrics import MetricsAccumulator
-from jaxsrl.streams.params import ParameterStore
+from jaxsrl.streams import wire
+from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, nonfinite_arrays
 from jaxsrl.streams.carry import CarryCodec
-from jaxsrl.streams.admission import ActorTable, DropLog, StaleRunError, nonfinite_arrays
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.streams.segment import segment_schema, to_trajectory
+from jaxsrl.streams.sockets import bind, open_socket
 
 log = logging.getLogger("jaxsrl.trainer")
 #: episode statistics keys the trainer accepts per run (a bound on metric names).
@@ -66,29 +67,12 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
-def segment_schema(observation_space, action_space, T: int, carry: CarryCodec | None = None,
-                   idle_rows: bool = False) -> dict:
-    """Wire schema of a ``segment`` message with ``T`` steps (rows left free).
+class TrainerWorker(Worker):
+    """Learner thread of one policy (lifecycle: :class:`~jaxsrl.core.worker.Worker`).
 
-    With ``idle_rows`` (environments whose rows may belong to absent agents,
-    ``jaxsrl.envs.env_has_idle_rows``) it includes ``valid`` ``[rows, T]`` bool, False on
-    idle steps; otherwise segments carry no such array (every step is valid)."""
-    adtype, ashape = action_leaf(action_space)
-    schema = obs_schema(observation_space, lead=(None, T + 1))
-    schema.update(obs_schema(observation_space, prefix="final_obs", lead=(None, T)))
-    S = wire.ArraySpec
-    schema.update(action=S(adtype, (None, T) + ashape), reward=S("float32", (None, T)),
-                  terminated=S("bool", (None, T)), truncated=S("bool", (None, T)),
-                  logp=S("float32", (None, T)), version=S("int32", (None, T)))
-    if idle_rows:
-        schema.update(valid=S("bool", (None, T)))
-    if carry is not None:
-        schema.update(carry.schema())
-    return schema
-
-
-class TrainerWorker:
-    """Learner thread of one policy.
+    Metrics per update: the agent's ``learn`` metrics, ``staleness_mean``/``_max`` and
+    the per-stage timers ``learner/update_ms``, ``learner/batch_wait_ms`` and
+    ``learner/publish_ms`` (see :mod:`jaxsrl.experiment.metrics`).
 
     Args:
       name: worker name (logs, errors).
@@ -106,7 +90,7 @@ class TrainerWorker:
       max_staleness: no update uses a row whose oldest action is more than this many
         versions behind the learner; checked when the batch is assembled (0 keeps
         everything).
-      host: interface to bind.
+      host: interface to bind, or ``jaxsrl.streams.sockets.INPROC`` (serial mode).
       initial_carry: the agent's ``initial_carry`` (describes carry arrays in segments).
       idle_rows: segments carry per-step validity flags (``valid`` ``[rows, T]`` bool),
         passed on as ``Trajectory.valid``; without, ``Trajectory.valid`` is ``None``.
@@ -138,7 +122,8 @@ class TrainerWorker:
                  idle_rows: bool = False):
         if on_nonfinite not in ("drop", "raise"):
             raise ValueError(f"on_nonfinite={on_nonfinite!r} must be 'drop' or 'raise'")
-        self.name, self.policy = name, policy
+        super().__init__(name)
+        self.policy = policy
         self.actors, self.on_nonfinite = actors, on_nonfinite
         self._context, self._curve = context, curve
         self._before_update = before_update
@@ -147,7 +132,7 @@ class TrainerWorker:
         self._carry = CarryCodec(initial_carry)
         self._schema = segment_schema(observation_space, action_space, segment_length, self._carry,
                                       idle_rows)
-        self._obs_names = list(space_leaves(observation_space))
+        self._observation_space = observation_space
         self.batch_segments = batch_segments
         self.T = segment_length
         self.max_rows = max_rows
@@ -166,14 +151,9 @@ class TrainerWorker:
         self.max_staleness, self.host = max_staleness, host
         self._pending: list[dict] = []
         self._pending_rows = 0
-        self.address: str | None = None
-        self.ready = threading.Event()
-        self.stop = threading.Event()
+        self._waiting_since = time.perf_counter()  # for learner/batch_wait_ms
         self.checkpoint_requested = threading.Event()
-        self.error: BaseException | None = None
         self._drop_log = DropLog(log, "segment")
-        self.serving = threading.Event()  # set after warm-up: segments are taken
-        self.heartbeat = time.monotonic()  # last turn of the learner loop
         self.extra_meta: dict = {}  # run counters saved with checkpoints (set by the launcher)
         store.publish(policy, version, state.params)
         metrics.set_version(policy, version)
@@ -185,47 +165,32 @@ class TrainerWorker:
         return self._trajectory(zeros)
 
     def _trajectory(self, host: dict) -> Trajectory:
-        return Trajectory(
-            obs=unflatten_obs({k: host[k] for k in self._obs_names}),
-            action=host["action"], reward=host["reward"], terminated=host["terminated"],
-            truncated=host["truncated"],
-            final_obs=unflatten_obs({k: host["final_" + k] for k in self._obs_names}),
-            behaviour_logp=host["logp"], policy_version=host["version"],
-            carry=self._carry.to_tree(host), valid=host.get("valid"))
+        return to_trajectory(host, self._observation_space, self._carry)
 
     def warmup(self) -> None:
         """Compile ``learn`` for the batch shape before any sample arrives."""
         example = self._put_batch(self._example_batch())
         self._learn = self._learn.lower(self.state, example, self.rng).compile()
 
-    def run(self) -> None:
-        """Learn until ``stop`` is set. Exceptions are kept in ``self.error``."""
+    def _run(self) -> None:
+        """Learn until ``stop`` is set (``run()`` calls this; exceptions end up in ``error``)."""
+        # A small queue: backpressure bounds staleness. Bigger frames: disconnect.
+        sock = open_socket(self._context, zmq.PULL, recv_hwm=4,
+                           recv_buffer_bytes=self.sample_buffer_bytes,
+                           max_frame_bytes=self.max_frame_bytes, curve_server=self._curve)
         try:
-            sock = (self._context or zmq.Context.instance()).socket(zmq.PULL)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.RCVHWM, 4)  # small queue: backpressure bounds staleness
-            sock.setsockopt(zmq.RCVBUF, self.sample_buffer_bytes)
-            sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # bigger frames: disconnect
-            if self._curve is not None:
-                security.make_server(sock, *self._curve)
-            port = sock.bind_to_random_port(f"tcp://{self.host}")
-            self.address = f"tcp://{security.connect_host(self.host)}:{port}"
+            self.address = bind(sock, self.host, name=self.name)
             self.ready.set()  # actors may connect while we compile
-            try:
-                self.warmup()
-                self.heartbeat = time.monotonic()
-                self.serving.set()
-                while not self.stop.is_set():
-                    self.heartbeat = time.monotonic()
-                    if self.checkpoint_requested.is_set():
-                        self.save_checkpoint()
-                    self._turn(sock)
-            finally:
-                sock.close()
-        except BaseException as exc:
-            self.error = exc
-            self.ready.set()
-            raise
+            self.warmup()
+            self.start_serving()
+            self._waiting_since = time.perf_counter()
+            while not self.stop.is_set():
+                self.beat()
+                if self.checkpoint_requested.is_set():
+                    self.save_checkpoint()
+                self._turn(sock)
+        finally:
+            sock.close()
 
     def _turn(self, sock: zmq.Socket) -> None:
         """One turn of the learner loop: take a segment if one comes within 100 ms, then
@@ -290,10 +255,8 @@ class TrainerWorker:
         try:
             msg = self._validate(frames)
         except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep learning)
-            self._drop_log(self.name, exc if isinstance(exc, wire.WireError)
-                           else f"{type(exc).__name__}: {exc}")
-            self.metrics.count("stale_run_segments_dropped" if isinstance(exc, StaleRunError)
-                               else "dropped_segments")
+            drop_input(self._drop_log, self.name, exc, self.metrics, "dropped_segments",
+                       "stale_run_segments_dropped")
             return
         meta = msg.meta
         bad = nonfinite_arrays(msg.arrays, self._float_names)
@@ -352,6 +315,8 @@ class TrainerWorker:
         return {k: v[:B] for k, v in joined.items()}
 
     def _update(self) -> None:
+        t0 = time.perf_counter()
+        self.metrics.add_means({"learner/batch_wait_ms": 1e3 * (t0 - self._waiting_since)})
         host = self._take_batch()
         staleness = self.version - host["version"]
         traj = self._trajectory(host)
@@ -363,15 +328,21 @@ class TrainerWorker:
             log.warning("%s: update %d produced NaN/Inf in the learner state; skipped it "
                         "(previous parameters kept, nothing published)", self.name, self.version + 1)
             self.metrics.count("nonfinite_updates_skipped")
+            self._waiting_since = time.perf_counter()
             return
         self.state = state
         self.version += 1
+        t1 = time.perf_counter()
         self.store.publish(self.policy, self.version, self.state.params)
+        t2 = time.perf_counter()
         metrics = jax.device_get(metrics)
         self.metrics.add_means({k: float(v) for k, v in metrics.items()})
         self.metrics.add_means({"staleness_mean": float(staleness.mean()),
-                                "staleness_max": float(staleness.max())})
+                                "staleness_max": float(staleness.max()),
+                                "learner/update_ms": 1e3 * (t2 - t0),
+                                "learner/publish_ms": 1e3 * (t2 - t1)})
         self.metrics.set_version(self.policy, self.version)
+        self._waiting_since = time.perf_counter()
 
     def save_checkpoint(self) -> None:
         """Save state, RNG and counters now (called between updates)."""

@@ -1,4 +1,11 @@
-"""Command line of ``scripts/bench.py``: bench flags here, every other flag to the run config.
+"""The benchmark ladder: ``jaxsrl-bench [--quick] [--env=CartPole-v1] [train flags]``.
+
+The same command is ``python scripts/bench.py ...`` or ``python -m jaxsrl.cli.bench ...``.
+Bench flags here, every other flag to the run config. Measures raw environment speed,
+transport, inference, learner, end-to-end training and its scaling with the number of
+actor processes on this machine, plus peak memory per process kind; prints a table and
+writes ``docs/benchmarks.json`` and ``docs/benchmarks.md`` (see ``--help`` and
+``jaxsrl/bench/``).
 
 Exit codes: 0 the report was written (rungs that failed are marked in it), 2 a bad
 flag or config (e.g. an unknown ``--env``).
@@ -8,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import shlex
@@ -15,8 +23,9 @@ import sys
 import time
 
 from jaxsrl.bench import machine, report
-from jaxsrl.bench.procs import REPO_ROOT
-from jaxsrl.bench.rungs import RUNGS, Options, actor_layout
+from jaxsrl.bench.rungs import RUNGS, Options, actor_layout, run_ladder
+from jaxsrl.core.paths import REPO_ROOT
+from jaxsrl.experiment.config import load_config, to_dict
 
 DOCS = os.path.join(REPO_ROOT, "docs")
 
@@ -105,8 +114,6 @@ def options(args, cfg, cores: int) -> Options:
 
 def rerender(json_path: str, md_path: str) -> int:
     """Recompute the derived parts of a JSON report and rewrite its Markdown."""
-    import json  # noqa: PLC0415
-
     with open(json_path) as f:
         result = json.load(f)
     for key in ("table", "bottleneck", "targets", "memory", "scaling"):
@@ -120,14 +127,13 @@ def rerender(json_path: str, md_path: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s",
+                        force=True)  # importing Orbax gave the root logger a handler already
     args, rest = parser().parse_known_args(argv)
     out_json, out_md = report_paths(args)
     if args.from_json:
         return rerender(args.from_json, out_md)
     t0 = time.monotonic()
-    from jaxsrl.experiment.config import load_config, to_dict  # noqa: PLC0415
-
     try:
         cfg = load_config(rest)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -147,8 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[bench] {cfg.env}: {len(layout)} actors x {cfg.envs_per_actor} envs on "
           f"{result['machine']['cores']} cores, {result['machine']['devices']}; load average "
           f"{result['machine']['load_average_start']}", flush=True)
-
-    from jaxsrl.bench.rungs import run_ladder  # noqa: PLC0415
 
     result["rungs"] = run_ladder(cfg, rest, opts, log=lambda s: print(s, flush=True))
     result["machine"]["load_average_end"] = machine.load_average()

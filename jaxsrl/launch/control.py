@@ -1,0 +1,204 @@
+"""The launcher's control loop, and the :class:`Run` it controls.
+
+:class:`Run` holds everything the wiring of one run built (workers, actors, metrics,
+...) and what its teardown needs. :func:`control_loop` watches it until the run is
+done: a dead worker thread stops the run naming it; actors are watched and restarted
+(:class:`~jaxsrl.launch.supervision.ActorSupervisor`); metrics are logged every
+``log_interval_s``, checkpoints requested every ``checkpoint_interval_s``, periodic
+evaluations started and collected; the loop ends at ``total_env_steps`` or
+``target_return``. SIGINT/SIGTERM (:func:`install_stop_handlers`) end it with
+``KeyboardInterrupt``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from jaxsrl.experiment.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
+from jaxsrl.launch.periodic_eval import PeriodicEvaluator
+from jaxsrl.launch.processes import ChildProcess
+from jaxsrl.launch.serial import ThreadSpawner
+from jaxsrl.launch.supervision import ActorSupervisor, ComponentDied
+from jaxsrl.launch.worker_threads import Kind, WorkerThread
+from jaxsrl.streams.admission import ActorTable
+
+log = logging.getLogger("jaxsrl")
+
+# Set by SIGINT/SIGTERM during train(). The handler also raises KeyboardInterrupt, but
+# Python drops an exception raised while a callback runs (e.g. JAX's GC callback:
+# "Exception ignored in ..."), so the control loop checks this flag too.
+_interrupted = threading.Event()
+
+
+def _raise_interrupt(signum, frame):  # noqa: ARG001
+    _interrupted.set()
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def install_stop_handlers() -> dict:
+    """SIGINT and SIGTERM -> KeyboardInterrupt (+ flag); returns the previous handlers.
+
+    Only the main thread may set handlers; elsewhere (e.g. train() in a worker thread)
+    nothing changes and the caller's handling stays in charge.
+    """
+    _interrupted.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+@dataclasses.dataclass
+class Run:
+    """One run as the launcher built it (filled in by ``jaxsrl.launch.wiring``).
+
+    Attributes:
+      cfg, flow: the run config and its dataflow.
+      logdir: the run folder.
+      clock: seconds since the run started.
+      placement: where the learner runs (:class:`~jaxsrl.launch.placement.LearnerPlacement`).
+      spawner: where child processes start.
+      actor_threads: serial mode's spawner (its actor threads), else ``None``.
+      bind_host: where servers bind (``cfg.host``, or ``inproc`` in serial mode).
+      context: the run's ZeroMQ context (its sockets end with it).
+      table, metrics, store: the actor table, metrics and parameter store shared by
+        every worker.
+      trainers: sample stream -> its trainer; servers: name -> local policy worker.
+      workers: every worker thread of this process (trainers first).
+      actors: the actor processes (or threads).
+      checkpointers: one per trainer.
+      writer, evaluator, auth, keys: metrics sink, periodic evaluation, CURVE
+        authenticator and keys (``None`` until made / when not used).
+      seed_base: environment seed of the first actor runs.
+    """
+
+    cfg: Any
+    flow: Any
+    logdir: str
+    clock: Clock
+    placement: Any
+    spawner: Any
+    bind_host: str
+    context: zmq.Context
+    table: ActorTable = dataclasses.field(default_factory=ActorTable)
+    metrics: MetricsAccumulator = dataclasses.field(default_factory=MetricsAccumulator)
+    store: Any = None
+    trainers: dict = dataclasses.field(default_factory=dict)
+    servers: dict = dataclasses.field(default_factory=dict)
+    workers: list[WorkerThread] = dataclasses.field(default_factory=list)
+    actors: list[ChildProcess] = dataclasses.field(default_factory=list)
+    checkpointers: list = dataclasses.field(default_factory=list)
+    writer: MetricsWriter | None = None
+    evaluator: PeriodicEvaluator | None = None
+    auth: Any = None
+    keys: Any = None
+    seed_base: int = 0
+    actor_threads: ThreadSpawner | None = None
+
+    def trainer_threads(self) -> list[WorkerThread]:
+        return [w for w in self.workers if w.kind is Kind.TRAINER]
+
+    def end_context(self) -> None:
+        """Destroy the run's ZeroMQ context, unless a worker thread still runs (a
+        stuck one keeps its sockets); serial mode's actor threads: see
+        :meth:`~jaxsrl.launch.serial.ThreadSpawner.end_context`."""
+        if any(w.thread.is_alive() for w in self.workers):
+            return
+        if self.actor_threads is not None:
+            self.actor_threads.end_context()
+        else:
+            self.context.destroy(linger=0)
+
+
+class ControlLoop:
+    """Watches a started :class:`Run` until it is done (see module docstring)."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.last_log = self.last_ckpt = run.clock()
+        self.record: dict = {}
+        self.responsive_since: float | None = None  # since when every worker kept turning its loop
+        self.supervisor = ActorSupervisor(run.cfg, run.actors, run.table, run.metrics,
+                                          run.workers, run.seed_base)
+
+    def __call__(self) -> dict:
+        """Loop until done; returns the last metrics record.
+
+        Raises:
+          ComponentDied: a worker thread died, or an actor could not be kept running.
+          KeyboardInterrupt: SIGINT or SIGTERM.
+        """
+        while True:
+            time.sleep(0.02)
+            if _interrupted.is_set():  # the signal's own KeyboardInterrupt may have been dropped
+                raise KeyboardInterrupt("stop signal")
+            self._check_workers()
+            mono = time.monotonic()
+            self._update_responsive(mono)
+            self.supervisor.check(mono, self.responsive_since)
+            if self._log_metrics():
+                return self.record
+            self._request_checkpoints()
+            self._evaluate()
+
+    def _check_workers(self) -> None:
+        for w in self.run.workers:
+            if w.worker.error is not None:
+                raise ComponentDied(f"{w.name} died: {w.worker.error!r}") from w.worker.error
+            if not w.thread.is_alive():
+                raise ComponentDied(f"{w.name} stopped unexpectedly")
+
+    def _update_responsive(self, mono: float) -> None:
+        """An actor is hung only if silent while every worker kept turning its loop
+        (warmed up, not stuck in a long update or checkpoint) all that time."""
+        hang_s = self.run.cfg.actor_heartbeat_timeout_s
+        if all(w.worker.serving.is_set() and mono - w.worker.heartbeat < max(hang_s / 2, 1.0)
+               for w in self.run.workers):
+            self.responsive_since = self.responsive_since or mono
+        else:
+            self.responsive_since = None
+
+    def _log_metrics(self) -> bool:
+        """Write a metrics record when due; True when the run is done."""
+        cfg, now = self.run.cfg, self.run.clock()
+        done = self.run.metrics.env_steps >= cfg.total_env_steps
+        if done or now - self.last_log >= cfg.log_interval_s:
+            self.record = self.run.metrics.snapshot(now - self.last_log) | {"wall_time_s": now}
+            self.last_log = now
+            self.run.writer.write(self.record)
+            if self.run.writer.progress is None:  # the progress bar shows the same figures
+                log.info(console_line(self.record))
+            ret = self.record.get("episode_return_mean")
+            if cfg.target_return is not None and ret is not None and ret >= cfg.target_return:
+                log.info("target return %.1f reached", cfg.target_return)
+                return True
+        return done
+
+    def _request_checkpoints(self) -> None:
+        now = self.run.clock()
+        if now - self.last_ckpt >= self.run.cfg.checkpoint_interval_s:
+            self.last_ckpt = now
+            for t in self.run.trainers.values():
+                t.checkpoint_requested.set()
+
+    def _evaluate(self) -> None:
+        evaluator, trainers = self.run.evaluator, self.run.trainers.values()
+        if not evaluator.every:
+            return
+        version = min(t.version for t in trainers)
+        if evaluator.due(version):
+            for t in trainers:
+                t.checkpoint_requested.set()
+            evaluator.requested(version)
+        saved = None
+        if evaluator.pending_version is not None:
+            saved = min(t.checkpointer.latest_step() or -1 for t in trainers)
+        result = evaluator.poll(saved)
+        if result:
+            self.run.metrics.add_means(result)

@@ -1,0 +1,299 @@
+"""Wiring of a run: its workers and streams, read off the config's
+:class:`~jaxsrl.experiment.dataflow.Dataflow`.
+
+:func:`agent_setup` resolves the agent and spaces (every ``ValueError`` before anything
+starts); :func:`new_run` makes the run's ZeroMQ context and picks its spawner and bind
+host (serial mode: threads and ``inproc://``); :func:`start` builds the trainers (one
+per ``[dataflow]`` trainer), the inference servers (local threads or remote processes)
+and the actors, and starts them. The learner's placement
+(:class:`~jaxsrl.launch.placement.LearnerPlacement`) is asked the same questions for
+one process and for N learner processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import jax
+import zmq
+
+from jaxsrl.core.agent import AgentFns, EnvSpec
+from jaxsrl.envs import env_has_idle_rows
+from jaxsrl.experiment.agent_build import factory_of_run
+from jaxsrl.experiment.run_dir import RunDir
+from jaxsrl.experiment.metrics import MetricsWriter, PolicyMetrics
+from jaxsrl.launch import serial
+from jaxsrl.launch.control import Run
+from jaxsrl.launch.periodic_eval import PeriodicEvaluator
+from jaxsrl.launch.processes import ChildProcess, local_spawner
+from jaxsrl.launch.remote_inference import RemoteInferenceServers
+from jaxsrl.launch.supervision import ComponentDied
+from jaxsrl.launch.topology import Assigner, server_names
+from jaxsrl.launch.worker_threads import Kind, WorkerThread
+from jaxsrl.parallel import devices
+from jaxsrl.streams import security, sockets
+from jaxsrl.streams.carry import CarryCodec
+from jaxsrl.streams.spaces import action_leaf, space_leaves
+from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.learner import replay_setup
+
+log = logging.getLogger("jaxsrl")
+
+
+@dataclasses.dataclass
+class AgentSetup:
+    """The agent of a run and the spaces it is built for.
+
+    Attributes:
+      spec: per-row observation and action spaces.
+      teams: team of each agent of one environment (``jaxsrl.envs.EnvInfo.teams``).
+      fns_of: trainer name -> its :class:`AgentFns` (learning-rate schedules follow each
+        trainer's planned updates, ``updates``).
+      act: the first trainer's ``act`` jitted for this process's inference servers
+        (``act`` and ``initial_carry`` do not depend on the plan).
+      flow: the run's graph with a buffer worker on every off-policy trainer's stream
+        (``replay_setup.complete_dataflow``).
+    """
+
+    spec: EnvSpec
+    teams: list
+    fns_of: dict[str, AgentFns]
+    updates: dict[str, int]
+    act: Any
+    flow: Any = None
+
+    @property
+    def fns(self) -> AgentFns:
+        return next(iter(self.fns_of.values()))
+
+    def rows_per_env(self, team) -> int:
+        """Rows of one environment on a stream serving ``team`` (``None``: every agent)."""
+        return len(self.teams) if team is None else sum(t == team for t in self.teams)
+
+
+def envs_of(cfg: Any, group: Any) -> int:
+    """Environments per actor process of actor group ``group``."""
+    return group.envs_per_actor or cfg.envs_per_actor
+
+
+def planned_updates(cfg: Any, flow: Any, teams: list, replay: Any = None) -> dict:
+    """Planned ``learn`` calls of each trainer over ``cfg.total_env_steps`` env frames:
+    the horizon of its policy's learning-rate schedule.
+
+    A trainer takes ``batch_segments * segment_length`` row-steps per update; each env
+    frame gives its policy ``rows`` row-steps, the number of agents of one environment
+    whose rows go to its sample stream, averaged over the actor groups weighted by their
+    environments (``ActorGroup.count * envs_per_actor``). So::
+
+        num_updates = ceil(total_env_steps * rows / (batch_segments * segment_length))
+
+    (``RunConfig.num_updates(rows)``). On ``--resume`` this is recomputed from the
+    current ``--total_env_steps`` while the optimiser's step count is restored: the
+    schedule is a function of that count only, so a resumed run continues on the
+    schedule it would have followed had it been planned for the new total from the
+    start (``docs/reliability.md``, "Learner interruption and checkpoints").
+
+    Off-policy agents (``replay``, their ``ReplaySpec``) insert one item per row-step
+    and learn at the replay ratio: :func:`jaxsrl.workers.learner.replay_setup.planned_updates`.
+
+    Args:
+      cfg: the run config.
+      flow: its :class:`~jaxsrl.experiment.dataflow.Dataflow`.
+      teams: team of each agent of one environment (``jaxsrl.envs.EnvInfo.teams``).
+      replay: the agent's ``ReplaySpec``, or ``None`` (on-policy).
+
+    Returns:
+      ``{trainer name: planned updates}`` (at least 1 each).
+    """
+    out = {}
+    for t in flow.trainers:
+        frames = rows = 0.0
+        for a in flow.actors:
+            envs = a.count * envs_of(cfg, a)
+            frames += envs
+            rows += envs * sum(len(teams) if team is None else sum(x == team for x in teams)
+                               for team, _, sample in a.bindings() if sample == t.sample_stream)
+        out[t.name] = ((replay_setup.planned_updates(cfg.total_env_steps * rows / frames, replay)
+                        if replay else cfg.num_updates(rows / frames)) if rows else 1)
+    return out
+
+
+def agent_setup(cfg: Any, flow: Any, placement: Any) -> AgentSetup:
+    """Resolve the agent and spaces of a run and jit its ``act``.
+
+    Raises:
+      ValueError: ``batch_segments`` not divisible by the local devices, or an
+        unsupported observation or action space.
+    """
+    n_dev = placement.local_mesh.size
+    if cfg.batch_segments % n_dev:
+        raise ValueError(f"batch_segments={cfg.batch_segments} is not divisible by the "
+                         f"{n_dev} local devices")
+    factory = factory_of_run(cfg)
+    obs_space, action_space = factory.env.observation_space, factory.env.action_space
+    space_leaves(obs_space)  # ValueError naming an unsupported space, before anything starts
+    action_leaf(action_space)
+    spec = EnvSpec(obs_space, action_space)
+    teams = factory.env.teams
+    updates = planned_updates(cfg, flow, teams, factory.make(1).replay)  # make: closures only
+    fns_of = {t.name: factory.make(updates[t.name]) for t in flow.trainers}
+    flow = replay_setup.complete_dataflow(flow, fns_of, placement.processes)
+    act = placement.jit_act(fns_of[flow.trainers[0].name].act)
+    return AgentSetup(spec, teams, fns_of, updates, act, flow)
+
+
+def new_run(cfg: Any, flow: Any, logdir: str, clock: Any, placement: Any, spawner: Any) -> Run:
+    """A :class:`Run` with its own ZeroMQ context, spawner and bind host.
+
+    Raises:
+      ValueError: serial mode given another spawner.
+    """
+    context = zmq.Context()  # one per run: its sockets (and the CURVE authenticator) end with it
+    if cfg.launcher == "serial":
+        try:
+            threads = serial.spawner_for(context, spawner)
+        except ValueError:
+            context.destroy(linger=0)
+            raise
+        return Run(cfg, flow, logdir, clock, placement, threads, sockets.INPROC, context,
+                   actor_threads=threads)
+    return Run(cfg, flow, logdir, clock, placement, spawner or local_spawner, cfg.host, context)
+
+
+def start(run: Run, setup: AgentSetup) -> None:
+    """Build and start every worker and actor of ``run``.
+
+    Raises:
+      ComponentDied: a worker failed to start.
+    """
+    cfg, flow = run.cfg, run.flow
+    run.store = run.placement.parameter_store()
+    num_actors = sum(a.count for a in flow.actors)
+    num_remote = sum(p.count for p in flow.policy_workers) if cfg.remote_inference else 0
+    run.keys = security.CurveKeys.generate(range(num_actors + num_remote)) if cfg.curve else None
+    run.auth = security.start_authenticator(run.context, run.keys.allowed()) if run.keys else None
+    _build_trainers(run, setup)
+    remote = _build_servers(run, setup)
+    run.workers = ([WorkerThread(t, Kind.TRAINER) for t in run.trainers.values()]
+                   + [WorkerThread(s, Kind.SERVER) for s in run.servers.values()]
+                   + ([WorkerThread(remote, Kind.REMOTE_SERVERS)] if remote else [])
+                   + [WorkerThread(w, Kind.WATCH) for w in run.placement.watchers()])
+    run.writer = MetricsWriter(run.logdir)
+    _start_workers(run)
+    run.seed_base = cfg.seed + run.metrics.env_steps
+    _build_actors(run, setup, remote)
+    for a in run.actors:
+        a.start()
+    run.evaluator = PeriodicEvaluator(run.logdir, cfg.eval_every, cfg.eval_episodes)
+
+
+def _server_keys(run: Run) -> tuple | None:
+    return (run.keys.server_public, run.keys.server_secret) if run.keys else None
+
+
+def _build_trainers(run: Run, setup: AgentSetup) -> None:
+    """One trainer per ``[dataflow]`` trainer, from a fresh or restored state."""
+    cfg, flow, placement = run.cfg, run.flow, run.placement
+    for i, t in enumerate(flow.trainers):
+        ckpt = placement.checkpointer(RunDir(run.logdir).checkpoint_dir(t.policy),
+                                      cfg.keep_checkpoints)
+        run.checkpointers.append(ckpt)
+        fns = setup.fns_of[t.name]
+        rng = jax.random.PRNGKey(cfg.seed + 1000 * i)
+        rng, init_key = jax.random.split(rng)
+        state = devices.put_replicated(fns.init(init_key), placement.local_mesh)
+        version = 0
+        if cfg.resume:
+            tree, meta = ckpt.restore({"agent": state, "rng": rng}, set_aside_unreadable=True)
+            state, rng, version = tree["agent"], tree["rng"], int(meta["policy_version"])
+            run.metrics.env_steps = max(run.metrics.env_steps, int(meta.get("env_steps", 0)))
+            log.info("resumed %s from version %d, %d env steps", t.policy, version,
+                     run.metrics.env_steps)
+        segment_rows = max([envs_of(cfg, a) // cfg.ring_size * setup.rows_per_env(team)
+                            for a in flow.actors for team, _, sample in a.bindings()
+                            if sample == t.sample_stream] or [1])
+        state, rng = placement.share_state(t.name, t.policy, state, rng, version,
+                                           num_updates=setup.updates[t.name], max_rows=segment_rows)
+        kind, extra = replay_setup.trainer_kind(fns, cfg, setup.updates[t.name])
+        run.trainers[t.sample_stream] = kind(
+            t.name, t.policy, replay_setup.jit_learn(fns, placement), placement.put_batch,
+            state, rng, version, setup.spec.observation_space, setup.spec.action_space,
+            cfg.segment_length, cfg.batch_segments // placement.processes, run.store,
+            PolicyMetrics(run.metrics, t.policy) if len(flow.trainers) > 1 else run.metrics,
+            ckpt, cfg.max_staleness, run.bind_host, setup.fns.initial_carry, actors=run.table,
+            max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=run.context,
+            curve=_server_keys(run), before_update=placement.gate(t.policy, run.metrics),
+            idle_rows=env_has_idle_rows(cfg.env), **extra)
+
+
+def _build_servers(run: Run, setup: AgentSetup) -> RemoteInferenceServers | None:
+    """The inference servers: local policy workers (threads), or with
+    ``--remote_inference`` their supervisor (returned)."""
+    cfg, flow = run.cfg, run.flow
+    stream_rows: dict[str, int] = {}  # every server of a stream can take all its actors
+    for i, p in enumerate(flow.policy_workers):
+        rows = sum(a.count * envs_of(cfg, a) * setup.rows_per_env(team) for a in flow.actors
+                   for team, inference, _ in a.bindings() if inference == p.inference_stream)
+        stream_rows[p.inference_stream] = max(rows, 1)
+        if cfg.remote_inference:
+            continue
+        for j, name in enumerate(server_names(p.name, p.count)):
+            run.servers[name] = PolicyWorker(
+                name, p.policy, setup.act, setup.fns.initial_carry, setup.spec.observation_space,
+                run.store, run.metrics, max_rows=max(rows, 1),
+                num_devices=run.placement.local_mesh.size, host=run.bind_host,
+                deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919 * (i + 1) + 104729 * j,
+                actors=run.table, context=run.context, curve=_server_keys(run))
+    if not cfg.remote_inference:
+        return None
+    return RemoteInferenceServers(
+        cfg, flow, stream_rows, run.store, run.metrics, run.table,
+        lambda: {a.spec["actor_id"]: a.spec["run_id"] for a in run.actors if "run_id" in a.spec},
+        run.context, run.logdir, run.keys, sum(a.count for a in flow.actors), run.spawner)
+
+
+def _start_workers(run: Run) -> None:
+    for w in run.workers:
+        w.start()
+    for w in run.workers:
+        w.worker.ready.wait()
+        if w.worker.error is not None:
+            raise ComponentDied(f"{w.name} failed to start: {w.worker.error!r}") from w.worker.error
+    log.info("servers listening after %.1f s; starting actors while act (batch sizes %s) "
+             "and learn compile on %d device(s) (the first run of a config compiles for "
+             "longer; later runs hit the XLA cache)", run.clock(),
+             [s.buckets for s in run.servers.values()], run.placement.local_mesh.size)
+
+
+def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | None) -> None:
+    """One :class:`ChildProcess` per actor of every actor group (not started)."""
+    cfg, keys = run.cfg, run.keys
+    assigner = Assigner({p.inference_stream: remote.addresses(p.inference_stream) if remote else
+                         [run.servers[n].address for n in server_names(p.name, p.count)]
+                         for p in run.flow.policy_workers}, fallbacks=remote is not None)
+    carry_spec = CarryCodec(setup.fns.initial_carry).spec()
+    for a in run.flow.actors:
+        for k in range(a.count):
+            idx = len(run.actors)
+            streams = [{"policy": run.trainers[sample].policy, "team": team,
+                        **assigner.next(inference),  # its server (and fallbacks)
+                        "sample_address": run.placement.sample_address(
+                            idx, run.trainers[sample].address),
+                        "sample_sndbuf": run.trainers[sample].sample_buffer_bytes}
+                       for team, inference, sample in a.bindings()]
+            error_file = RunDir(run.logdir).error_file(f"actor{idx}")
+            if os.path.exists(error_file):
+                os.remove(error_file)
+            spec = {"actor_id": idx, "env": cfg.env, "env_kwargs": cfg.env_kwargs or {},
+                    "envs_per_group": envs_of(cfg, a) // cfg.ring_size, "ring_size": cfg.ring_size,
+                    "segment_length": cfg.segment_length, "seed": run.seed_base,
+                    "streams": streams, "carry_spec": carry_spec,
+                    "timeout_s": cfg.actor_timeout_s, "failover_s": cfg.inference_failover_s,
+                    "parent_pid": os.getpid(), "error_file": error_file,
+                    "curve_server_key": keys.server_public.decode() if keys else None}
+            run.actors.append(ChildProcess(f"{a.name}[{k}]", spec, table=run.table,
+                                           env=keys.client_env(idx) if keys else None,
+                                           prefix=tuple(a.launch_prefix), spawner=run.spawner))

@@ -1,0 +1,99 @@
+"""ZeroMQ sockets of every stream, set up in one place.
+
+Each stream end asks :func:`open_socket` for its socket with the options it needs
+(linger, high-water marks, a frame-size cap, CURVE) and, for a server end,
+:func:`bind` for its address. Nothing else in jaxsrl calls ``setsockopt``.
+
+No JAX here: actors import this.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import secrets
+
+import zmq
+
+from jaxsrl.streams import security
+
+
+def open_socket(context: zmq.Context | None, kind: int, *, linger_ms: int = 0,
+                send_hwm: int | None = None, recv_hwm: int | None = None,
+                send_buffer_bytes: int | None = None, recv_buffer_bytes: int | None = None,
+                max_frame_bytes: int | None = None, curve_server: tuple | None = None,
+                curve_client: tuple | None = None, subscribe: Sequence[bytes] = ()
+                ) -> zmq.Socket:
+    """A new socket of ``kind`` (``zmq.PUSH``, ``zmq.ROUTER``, ...), options set, not yet
+    bound or connected.
+
+    Args:
+      context: the ZeroMQ context (``None``: the process-wide one).
+      kind: the socket type.
+      linger_ms: how long ``close`` waits to deliver queued messages (0: drop them).
+      send_hwm, recv_hwm: high-water marks in messages (``None``: ZeroMQ's default).
+      send_buffer_bytes, recv_buffer_bytes: the kernel's ``SO_SNDBUF`` / ``SO_RCVBUF``
+        of the socket's TCP connections (``None`` or -1: the OS default, autotuned).
+      max_frame_bytes: frames larger than this disconnect the peer before they are
+        buffered (``None``, or -1: no cap).
+      curve_server: ``(public, secret)`` z85 keys: the socket is a CURVE server.
+      curve_client: ``(server_public, public, secret)`` z85 keys (bytes or text): the
+        socket is a CURVE client of that server.
+      subscribe: topics a SUB socket subscribes to.
+
+    Raises:
+      ValueError: both ``curve_server`` and ``curve_client`` given.
+    """
+    if curve_server is not None and curve_client is not None:
+        raise ValueError("a socket is a CURVE server or a CURVE client, not both")
+    sock = (context or zmq.Context.instance()).socket(kind)
+    sock.setsockopt(zmq.LINGER, linger_ms)
+    if send_hwm is not None:
+        sock.setsockopt(zmq.SNDHWM, int(send_hwm))
+    if recv_hwm is not None:
+        sock.setsockopt(zmq.RCVHWM, int(recv_hwm))
+    if send_buffer_bytes is not None:
+        sock.setsockopt(zmq.SNDBUF, int(send_buffer_bytes))
+    if recv_buffer_bytes is not None:
+        sock.setsockopt(zmq.RCVBUF, int(recv_buffer_bytes))
+    if max_frame_bytes is not None:
+        sock.setsockopt(zmq.MAXMSGSIZE, int(max_frame_bytes))
+    if curve_server is not None:
+        security.make_server(sock, *curve_server)
+    if curve_client is not None:
+        security.make_client(sock, *curve_client)
+    for topic in subscribe:
+        sock.setsockopt(zmq.SUBSCRIBE, topic)
+    return sock
+
+
+#: Bind host of serial mode: a fresh ``inproc://`` endpoint per socket.
+INPROC = "inproc"
+
+
+def bind(sock: zmq.Socket, host: str, port: int = 0, name: str = "socket") -> str:
+    """Bind ``sock`` and return the address its peers connect to.
+
+    Args:
+      sock: an unbound ZeroMQ socket.
+      host: an interface (``tcp://host:port``; ``0.0.0.0`` -> loopback in the returned
+        address) or :data:`INPROC` (``inproc://<name>-<8 hex digits>``, unique within the
+        socket's context): ZeroMQ's in-process transport, used by serial mode
+        (``--launcher=serial``): the same sockets, messages and checks between threads
+        sharing one ``zmq.Context``. ZeroMQ does not enforce ``MAXMSGSIZE`` on
+        ``inproc``; the receivers' own size checks still drop oversized messages.
+      port: TCP port (0: a free one); ignored for :data:`INPROC`.
+      name: the endpoint's readable part for :data:`INPROC` (e.g. the worker's name).
+
+    Raises:
+      zmq.ZMQError: the port or endpoint is taken, or ``host`` is no interface here.
+    """
+    if host == INPROC:
+        address = f"inproc://{name}-{secrets.token_hex(4)}"
+        sock.bind(address)
+        return address
+    if port:
+        sock.bind(f"tcp://{host}:{port}")
+    else:
+        port = sock.bind_to_random_port(f"tcp://{host}")
+    return f"tcp://{security.connect_host(host)}:{port}"

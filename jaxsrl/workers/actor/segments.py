@@ -1,0 +1,105 @@
+"""One actor ring slot and its segments: the environments of a group, the rows each
+stream serves, their recurrent state, and the ``[rows, T(+1), ...]`` buffers a
+segment is assembled in before it is sent (see ``jaxsrl/workers/actor/worker.py``).
+
+No JAX here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxsrl.streams.segment import final_name
+
+
+class EnvError(RuntimeError):
+    """The environment raised in ``reset`` or ``step`` (the original is the ``__cause__``)."""
+
+
+class SegmentBuffer:
+    """Preallocated ``[rows, T(+1), ...]`` buffers for one stream's current segment.
+
+    With ``with_valid`` it also keeps ``valid`` ``[rows, T]`` bool per-step validity
+    flags (``StepResult.valid``), sent as the segment's ``valid`` array."""
+
+    def __init__(self, first_obs: dict, T: int, action_dtype: str, action_shape: tuple, carry: dict,
+                 with_valid: bool = False):
+        rows = len(next(iter(first_obs.values())))
+        self.T, self.t = T, 0
+        self.obs = {k: np.zeros((rows, T + 1) + v.shape[1:], v.dtype) for k, v in first_obs.items()}
+        self.final_obs = {k: np.zeros((rows, T) + v.shape[1:], v.dtype) for k, v in first_obs.items()}
+        self.action = np.zeros((rows, T) + action_shape, action_dtype)
+        self.reward = np.zeros((rows, T), np.float32)
+        self.terminated = np.zeros((rows, T), bool)
+        self.truncated = np.zeros((rows, T), bool)
+        self.logp = np.zeros((rows, T), np.float32)
+        self.version = np.zeros((rows, T), np.int32)
+        self.valid = np.ones((rows, T), bool) if with_valid else None
+        self.carry = {k: np.zeros_like(v) for k, v in carry.items()}
+        self.episodes: list = []
+        self.start(first_obs, carry)
+
+    def start(self, obs: dict, carry: dict) -> None:
+        self.t = 0
+        self.episodes = []
+        for k, v in obs.items():
+            self.obs[k][:, 0] = v
+        for k, v in carry.items():
+            self.carry[k][:] = v
+
+    def record(self, action, logp, version: int, reward, terminated, truncated, obs, final_obs,
+               valid=None) -> bool:
+        """Store one step; returns True when the segment is full."""
+        t = self.t
+        if self.valid is not None:
+            self.valid[:, t] = valid
+        self.action[:, t] = action
+        self.logp[:, t] = logp
+        self.version[:, t] = version
+        self.reward[:, t] = reward
+        self.terminated[:, t] = terminated
+        self.truncated[:, t] = truncated
+        for k, v in obs.items():
+            self.obs[k][:, t + 1] = v
+        for k, v in final_obs.items():
+            self.final_obs[k][:, t] = v
+        self.t += 1
+        return self.t == self.T
+
+    def arrays(self) -> dict:
+        out = dict(self.obs)
+        out.update({final_name(k): v for k, v in self.final_obs.items()})
+        out.update(action=self.action, reward=self.reward, terminated=self.terminated,
+                   truncated=self.truncated, logp=self.logp, version=self.version)
+        if self.valid is not None:
+            out["valid"] = self.valid
+        out.update(self.carry)
+        return out
+
+
+class Group:
+    """One ring slot: its environments, and per stream its rows, carry and segment."""
+
+    def __init__(self, env, streams: list, T: int, carry_spec: list, action: tuple,
+                 with_valid: bool = False):
+        self.env = env
+        self.rows = [s.rows_of(env) for s in streams]
+        self.carry = [{name: np.zeros((len(r),) + tuple(shape), dtype) for name, dtype, shape in carry_spec}
+                      for r in self.rows]
+        self.action = np.zeros((env.num_rows,) + action[1], action[0])
+        self.logp = np.zeros(env.num_rows, np.float32)
+        self.version = [0] * len(streams)
+        self.waiting: set = set()
+        try:
+            self.obs = env.reset()
+        except Exception as exc:
+            raise EnvError(f"environment reset raised {type(exc).__name__}: {exc}") from exc
+        self.buffers = [SegmentBuffer(take_rows(self.obs, r), T, action[0], action[1], c, with_valid)
+                        for r, c in zip(self.rows, self.carry)]
+
+
+def take_rows(named: dict, rows: np.ndarray) -> dict:
+    """``{name: array[rows]}``: the rows of named ``[rows, ...]`` arrays a stream serves."""
+    return {k: v[rows] for k, v in named.items()}
+
+
