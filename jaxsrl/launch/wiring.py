@@ -282,6 +282,7 @@ def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | 
                         **assigner.next(inference),  # its server (and fallbacks)
                         "sample_address": run.placement.sample_address(
                             idx, run.trainers[sample].address),
+                        "sample_hwm": run.trainers[sample].sample_send_hwm,
                         "sample_sndbuf": run.trainers[sample].sample_buffer_bytes}
                        for team, inference, sample in a.bindings()]
             error_file = RunDir(run.logdir).error_file(f"actor{idx}")

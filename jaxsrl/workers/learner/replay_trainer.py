@@ -9,9 +9,13 @@ then, instead of waiting for ``batch_segments`` rows, each valid segment goes in
 :class:`~jaxsrl.workers.learner.replay_feed.ReplayFeed`, and each turn of the loop:
 
 1. takes at most one segment from the sample stream, and only while the rate limiter
-   allows inserts: otherwise the socket is not read, its small queue (``RCVHWM`` 4)
-   fills and the actors block on their sends (slowed, not dropped; they ping their
-   inference servers meanwhile so they are not taken for hung);
+   allows inserts: otherwise the socket is not read, its queue fills and the actors
+   block on their sends (slowed, not dropped; they ping their inference servers
+   meanwhile so they are not taken for hung). The queues are one segment each way
+   (``RCVHWM`` here, ``SNDHWM`` on the actors) with 4 KiB kernel buffers, so about two
+   segments per actor wait in flight: with the defaults of on-policy learners (4 + 2
+   segments, kernel buffers autotuned to megabytes) small segments piled up by the
+   hundred and reached the buffer thousands of versions old;
 2. runs one update if the rate limiter allows one: sample (``beta`` annealed over the
    planned updates) -> jitted ``learn`` -> ``set_priorities`` -> publish; the policy
    version bumps per ``learn`` call, as for on-policy learners.
@@ -72,9 +76,11 @@ class ReplayTrainer(TrainerWorker):
         ``fns`` without replay, or a batch size not divisible by the local devices.
     """
 
-    #: Small kernel buffers on the sample stream: the bytes in flight between an actor
-    #: and this trainer (and so the items collected but not yet inserted, which age
-    #: meanwhile) stay a few segments while inserts wait (see the module doc).
+    #: Short queues and small kernel buffers on the sample stream: the segments in
+    #: flight between an actor and this trainer while inserts wait (items collected but
+    #: not yet inserted, which age meanwhile) stay about two per actor (see the module doc).
+    sample_recv_hwm = 1
+    sample_send_hwm = 1
     sample_buffer_bytes = 4096
 
     def __init__(self, *args: Any, fns: AgentFns, planned_updates: int,

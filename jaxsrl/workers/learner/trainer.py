@@ -105,8 +105,12 @@ class TrainerWorker(Worker):
         learners: :class:`jaxsrl.parallel.distributed.Lockstep`).
     """
 
-    #: Kernel socket buffer (SO_RCVBUF here, SO_SNDBUF of the actors' sample sockets) in
-    #: bytes; -1: the OS default (autotuned, up to megabytes).
+    #: The sample stream's queues, which bound the segments in flight (back-pressure):
+    #: segments queued per actor connection here (RCVHWM) and in each actor's sample socket
+    #: (SNDHWM, sent in the actors' stream specs), and the kernel socket buffers in bytes
+    #: (SO_RCVBUF here, SO_SNDBUF there; -1: the OS default, autotuned up to megabytes).
+    sample_recv_hwm: int = 4
+    sample_send_hwm: int = 2
     sample_buffer_bytes: int = -1
 
     def __init__(self, name: str, policy: str, learn: Callable, put_batch: Callable, state: Any,
@@ -175,7 +179,7 @@ class TrainerWorker(Worker):
     def _run(self) -> None:
         """Learn until ``stop`` is set (``run()`` calls this; exceptions end up in ``error``)."""
         # A small queue: backpressure bounds staleness. Bigger frames: disconnect.
-        sock = open_socket(self._context, zmq.PULL, recv_hwm=4,
+        sock = open_socket(self._context, zmq.PULL, recv_hwm=self.sample_recv_hwm,
                            recv_buffer_bytes=self.sample_buffer_bytes,
                            max_frame_bytes=self.max_frame_bytes, curve_server=self._curve)
         try:
