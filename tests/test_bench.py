@@ -8,7 +8,7 @@ import sys
 
 import psutil
 
-from jaxsrl.bench import report
+from jaxsrl.bench import report, report_render
 from jaxsrl.cli import bench as cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,7 +81,7 @@ def test_report_renders_failed_and_missing_rungs():
                   "scaling": [{"num_actors": 1, "error": "TimeoutError: slow"}]},
     }
     done = report.finalize(copy.deepcopy(result))
-    md = report.render_markdown(done)
+    md = report_render.render_markdown(done)
     assert "failed: ValueError: unknown environment" in md
     assert all(t["met"] is None for t in done["targets"])
     assert done["bottleneck"]["rung"] is None
