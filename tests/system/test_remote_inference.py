@@ -25,7 +25,7 @@ from jaxsrl.streams.params import ParameterStore
 from jaxsrl.launch.topology import Assigner, server_order
 from jaxsrl.core import exit_codes
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = ["--env=CartPole-v1", "--num_actors=2", "--envs_per_actor=8", "--segment_length=16",
          "--batch_segments=8", "--log_interval_s=0.5", "--ppo.hidden_sizes", "16", "16",
          "--remote_inference", "--inference_servers=2"]

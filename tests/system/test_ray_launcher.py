@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray")
 from jaxsrl.experiment.config import load_config  # noqa: E402
 from jaxsrl.launch.ray_placement import LOOPBACK_ENV, RaySpawner, connect  # noqa: E402
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(REPO_ROOT, "scripts", "train.py")
 SMALL = ["--env=CartPole-v1", "--num_actors=2", "--envs_per_actor=8", "--segment_length=16",
          "--batch_segments=8", "--log_interval_s=0.5", "--ppo.hidden_sizes", "16", "16"]

@@ -17,7 +17,7 @@ from agents.ppo_recurrent import unroll_network
 from jaxsrl.core.agent import EnvSpec
 from jaxsrl.envs import env_spaces
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 SPEC = EnvSpec(*env_spaces("hide_and_seek"))
 N = 6
 

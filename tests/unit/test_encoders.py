@@ -14,7 +14,7 @@ from jax import lax
 
 from agents import encoders, networks
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 IMAGE = gymnasium.spaces.Box(0, 255, (84, 84, 4), np.uint8)
 VECTOR = gymnasium.spaces.Box(-1.0, 1.0, (3,), np.float32)
 

@@ -15,7 +15,7 @@ from agents.q_network import QNetwork, dueling_combine
 from agents.transitions import n_step_transitions
 from jaxsrl.core.agent import EnvSpec, ReplayBatch, ReplaySpec
 from jaxsrl.streams.carry import CarryCodec
-from test_transitions import random_traj  # tests/test_transitions.py
+from test_transitions import random_traj  # tests/unit/test_transitions.py
 
 DICT_OBS = gymnasium.spaces.Dict({"a": gymnasium.spaces.Box(-1, 1, (2,), np.float32),
                                   "b": gymnasium.spaces.Box(-1, 1, (2, 2), np.float32)})

@@ -16,7 +16,7 @@ import pytest
 from jaxsrl.experiment import metrics
 from jaxsrl.tools import plotting
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=8", "--segment_length=16",
          "--batch_segments=8", "--log_interval_s=0.3", "--ppo.hidden_sizes", "16", "16"]
 

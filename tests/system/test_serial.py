@@ -137,7 +137,7 @@ def test_serial_mode_takes_no_spawner(tmp_path):
         train(cfg, spawner=lambda argv, env, prefix=(): None)
 
 
-# -- actor faults, serial twins of tests/test_faults_actor.py ------------------------------
+# -- actor faults, serial twins of tests/system/test_faults_actor.py ------------------------------
 def test_environment_error_restarts_the_actor_thread_with_the_traceback(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="jaxsrl")
     cfg = load_config(small_args(str(tmp_path / "run"), SERIAL, "--total_env_steps=4000"))
@@ -242,7 +242,7 @@ def test_dead_trainer_stops_the_serial_run_naming_it(tmp_path, monkeypatch, meth
     assert wait_for(lambda: not _live_actor_threads(), 30, "the actor threads to end")
 
 
-# -- one actor thread against fake servers, twins of tests/test_faults_server.py -----------
+# -- one actor thread against fake servers, twins of tests/workers/test_faults_server.py -----------
 class InprocServer:
     """A ROUTER on ``inproc://`` answering ``act`` requests with zeros, the first
     ``limit`` of them (then it takes requests and never answers)."""

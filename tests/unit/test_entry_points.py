@@ -17,7 +17,7 @@ import tomllib
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMANDS = ("train", "evaluate", "bench", "plot")
 EXPECTED = {f"jaxsrl-{name}": f"jaxsrl.cli.{name}:main" for name in COMMANDS}
 

@@ -2,7 +2,7 @@
 run until it has stepped its environments and sent a segment, loads no ``jax``,
 ``jaxlib``, ``flax`` or ``optax`` module.
 
-The import-linter contract (``tests/test_layers.py``) checks the import statements;
+The import-linter contract (``tests/unit/test_layers.py``) checks the import statements;
 this checks the running process, imports made by name at run time (gymnasium's
 environment registry, ``module:NAME`` references) included. ``-X importtime`` makes
 the interpreter itself report every module it loads, for the whole life of the process.
@@ -19,7 +19,7 @@ import zmq
 
 from jaxsrl.streams import wire
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JAX_PACKAGES = {"jax", "jaxlib", "flax", "optax", "chex", "orbax"}
 WAIT_MS = 120_000  # generous: the actor starts a fresh interpreter and builds its envs
 

@@ -88,7 +88,7 @@ def test_unsupported_space_and_resume_without_checkpoint_fail_in_one_line(tmp_pa
     """train.py prints one line and exits 2, and writes nothing, for errors found in train()."""
     import subprocess
     import sys
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for args, needle in [(["--env=FrozenLake-v1"], "unsupported observation space Discrete(16)"),
                          (["--resume"], "--resume: no checkpoint under")]:
         logdir = tmp_path / args[0].strip("-").replace("=", "_")

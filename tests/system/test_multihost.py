@@ -22,7 +22,7 @@ from jaxsrl.experiment.config import load_config
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.workers.learner.process import MetricsRelay, free_port, replay
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _env(devices_per_process: int) -> dict:

@@ -18,7 +18,7 @@ from jaxsrl.core.agent import Agent, AgentFns
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.config import load_config, to_dict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=8", "--segment_length=16",
          "--batch_segments=8", "--log_interval_s=0.5", "--ppo.hidden_sizes", "16", "16"]
 

@@ -6,7 +6,7 @@ import tomllib
 from jaxsrl.experiment.config import load_config
 from jaxsrl.envs import env_teams
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_hide_and_seek_teams_config_gives_each_team_its_own_policy():

@@ -11,7 +11,7 @@ import psutil
 from jaxsrl.bench import report, report_render
 from jaxsrl.cli import bench as cli
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=4", "--segment_length=8",
         "--batch_segments=4", "--ppo.hidden_sizes", "16", "16"]
 RUNG_KEYS = {

@@ -13,7 +13,7 @@ from agents import entity_network, networks, ppo
 from jaxsrl.core.agent import EnvSpec, Trajectory
 from jaxsrl.envs import env_spaces
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 SPEC = EnvSpec(*env_spaces("hide_and_seek_full"))
 N = 4
 

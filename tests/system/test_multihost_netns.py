@@ -20,7 +20,7 @@ import time
 
 from netns_hosts import netns_hosts
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOTAL_ENV_STEPS = 18_000
 CUT_AFTER_STEPS = 1_500
 BYTES_PER_STEP = 16  # CartPole: one float32[4] observation per env step, in each segment

@@ -9,7 +9,7 @@ import pathlib
 import subprocess
 import sys
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 SNIPPET = r"""
 import gymnasium, jax, numpy as np

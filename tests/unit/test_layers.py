@@ -15,7 +15,7 @@ import tomllib
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LINT = "import sys; from importlinter.cli import lint_imports; " \
        "sys.exit(lint_imports(no_cache=True, no_logo=True))"
 
