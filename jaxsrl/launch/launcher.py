@@ -50,6 +50,7 @@ from jaxsrl.streams.spaces import action_leaf, space_leaves
 from jaxsrl.experiment.metrics import Clock, MetricsAccumulator, MetricsWriter, PolicyMetrics, console_line
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.launch.periodic_eval import PeriodicEvaluator
+from jaxsrl.launch.population import Population
 from jaxsrl.launch.processes import ActorProcess, Spawner, local_spawner, stop_all
 from jaxsrl.launch.processes import exit_reason as _exit_reason
 from jaxsrl.launch.remote_inference import RemoteInferenceServers
@@ -176,6 +177,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     # A multi-process learner's parameters span every process: servers read this one's part.
     store = distributed.LocalViewStore(mesh) if learners else ParameterStore()
     metrics = MetricsAccumulator()
+    population = Population.of_run(cfg, logdir, metrics)  # None without --population
     trainers: dict[str, TrainerWorker] = {}
     servers: dict[str, PolicyWorker] = {}
     checkpointers: list[Checkpointer] = []
@@ -222,6 +224,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
                 learners.put_batch if learners else (lambda b: devices.put_batch(b, mesh)),
                 state, rng, version, obs_space, action_space, cfg.segment_length,
                 cfg.batch_segments // cfg.num_learner_processes, store,
+                population.metrics_for(t.policy) if population else
                 PolicyMetrics(metrics, t.policy) if len(flow.trainers) > 1 else metrics,  # loss/*/<policy>
                 ckpt, cfg.max_staleness, cfg.host, fns.initial_carry, actors=table,
                 max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=context,
@@ -246,6 +249,8 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
 
         workers = list(trainers.values()) + list(servers.values()) + ([remote] if remote else [])
         workers += [learners.watch] if learners else []  # names a dead learner process
+        if population is not None:  # PBT over the members' trainers (before they start)
+            workers.append(population.manager({t.policy: t for t in trainers.values()}))
         threads = [threading.Thread(target=w.run, name=w.name, daemon=True) for w in workers]
         writer = MetricsWriter(logdir)
         for th in threads:
