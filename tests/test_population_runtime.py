@@ -495,3 +495,28 @@ def test_trainers_checkpointing_at_once_leave_every_checkpoint_readable(tmp_path
         restored, meta = Checkpointer(c.directory).restore(state)
         np.testing.assert_array_equal(np.asarray(restored["b"]), np.arange(3.0))
         assert meta["policy_version"] == 2
+
+
+def test_plot_draws_member_returns_and_hyperparameter_trajectories(tmp_path):
+    from jaxsrl.tools import plotting
+    logdir = tmp_path / "pbt"
+    (logdir / "population").mkdir(parents=True)
+    with open(logdir / "metrics.jsonl", "w") as f:
+        for i in range(1, 6):
+            f.write(json.dumps({"env_steps": 1000 * i, "wall_time_s": float(i),
+                                "episode_return_mean": 20.0 * i,
+                                "population/return/member0": 10.0 * i,
+                                "population/return/member1": 30.0 * i,
+                                "population/fitness/member0": 10.0 * i,
+                                "population/learning_rate/member0": 1e-5 if i < 3 else 1e-3,
+                                "population/learning_rate/member1": 1e-3}) + "\n")
+    (logdir / "population" / "events.jsonl").write_text(json.dumps(
+        {"round": 1, "env_steps": 2500, "member": "member0", "source": "member1",
+         "before": {"learning_rate": 1e-5}, "after": {"learning_rate": 1e-3}}) + "\n")
+    runs = plotting.load_runs([str(logdir)])
+    assert plotting.population_quantities(runs) == {"return": ["member0", "member1"],
+                                                    "learning_rate": ["member0", "member1"]}
+    assert plotting.population_events(str(logdir))[0]["member"] == "member0"
+    paths = plotting.plot_runs([str(logdir)], str(tmp_path / "curves.png"), episode_stats=False)
+    assert paths == [str(tmp_path / "curves.png"), str(tmp_path / "curves_population.png")]
+    assert all(os.path.getsize(p) > 1000 for p in paths)
