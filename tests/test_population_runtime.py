@@ -520,3 +520,8 @@ def test_plot_draws_member_returns_and_hyperparameter_trajectories(tmp_path):
     paths = plotting.plot_runs([str(logdir)], str(tmp_path / "curves.png"), episode_stats=False)
     assert paths == [str(tmp_path / "curves.png"), str(tmp_path / "curves_population.png")]
     assert all(os.path.getsize(p) > 1000 for p in paths)
+
+
+def test_evaluation_maps_a_population_run_to_its_first_member():
+    from jaxsrl.tools.evaluation import team_policies
+    assert team_policies({"population": 3, "num_actors": 2}) == {None: "member0"}

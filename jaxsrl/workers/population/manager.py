@@ -73,8 +73,6 @@ class PopulationManager(Worker):
       ValueError: no or two ready intervals, members without hyperparameters.
     """
 
-    reraise = True
-
     def __init__(self, name: str, trainers: Mapping[str, Any], pbt: pbt_lib.PBT,
                  tracker: FitnessTracker, hyper: Mapping[str, Mapping[str, float]], metrics: Any,
                  *, ready_env_steps: int = 0, ready_versions: int = 0,
@@ -197,7 +195,7 @@ class PopulationManager(Worker):
         while True:
             self.beat()
             try:
-                return future.result(timeout=min(self.poll_s, 0.1) or 0.1)
+                return future.result(timeout=0.1)
             except concurrent.futures.TimeoutError:
                 if self.stop.is_set():
                     future.cancel()
