@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 import orbax.checkpoint as ocp
 
 log = logging.getLogger("jaxsrl.experiment.checkpoint")
+#: Orbax 0.12 corrupts checkpoints (``FileNotFoundError`` in ``<step>.orbax-checkpoint-tmp``,
+#: unfinalised folders) when two threads start saves at once, even of different managers
+#: in different folders (several trainers asked for a checkpoint together); saves started
+#: one after the other, from any thread, are fine, their background writes overlapping.
+_SAVE_LOCK = threading.Lock()
 
 
 class Checkpointer:
@@ -35,9 +41,11 @@ class Checkpointer:
             self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
 
     def save(self, step: int, state: Any, meta: dict) -> None:
-        """Save ``state`` (a pytree of arrays) and ``meta`` (JSON counters) as ``step``."""
-        self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+        """Save ``state`` (a pytree of arrays) and ``meta`` (JSON counters) as ``step``
+        (asynchronously; one save starts at a time in this process, see ``_SAVE_LOCK``)."""
+        with _SAVE_LOCK:
+            self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()

@@ -27,6 +27,7 @@ from jaxsrl.core.agent import Agent, AgentFns
 from jaxsrl.experiment.agent_build import agent_factory
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
+from jaxsrl.experiment.population import population_dataflow
 from jaxsrl.experiment.run_dir import RunDir
 
 log = logging.getLogger("jaxsrl.tools.run_loader")
@@ -101,9 +102,13 @@ def read_config(path: str) -> dict:
 
 def team_policies(config: dict) -> dict:
     """``team -> policy`` for the first actor group of the run's dataflow (``None``:
-    every agent)."""
-    flow = (Dataflow.from_dict(config["dataflow"]) if config.get("dataflow")
-            else default_dataflow(int(config.get("num_actors", 1))))
+    every agent; a ``--population`` run: ``member0``, pick another member with
+    ``checkpoint=LOGDIR/checkpoints/member<i>``)."""
+    if int(config.get("population") or 0) >= 2:
+        flow = population_dataflow(int(config["population"]), int(config.get("num_actors", 1)))
+    else:
+        flow = (Dataflow.from_dict(config["dataflow"]) if config.get("dataflow")
+                else default_dataflow(int(config.get("num_actors", 1))))
     learner = {t.sample_stream: t.policy for t in flow.trainers}
     return {team: learner[sample] for team, _, sample in flow.actors[0].bindings()}
 

@@ -25,10 +25,19 @@ Faults it guards against (each counted in the run metrics):
   naming it);
 * an update whose new learner state holds NaN or Inf is discarded: the previous
   state is kept, nothing is published (``nonfinite_updates_skipped``).
+
+Other threads (the population manager) act on the learner state only through
+:meth:`TrainerWorker.run_between_updates` (and :meth:`~TrainerWorker.snapshot`,
+:meth:`~TrainerWorker.request_replace` built on it): the trainer's own thread runs
+the request between two updates, so nothing touches the state while ``learn`` runs.
+A replaced state is published as a new policy version; samples with actions of the
+parameters it replaced are dropped (``replaced_rows_dropped``,
+``replaced_segments_dropped``): they were chosen by another policy.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import math
 import threading
@@ -50,6 +59,7 @@ from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.segment import segment_schema, to_trajectory
 from jaxsrl.streams.sockets import bind, open_socket
+from jaxsrl.workers.learner.requests import RequestQueue, check_same_layout, copy_tree
 
 log = logging.getLogger("jaxsrl.trainer")
 #: episode statistics keys the trainer accepts per run (a bound on metric names).
@@ -151,6 +161,8 @@ class TrainerWorker(Worker):
         self.checkpoint_requested = threading.Event()
         self._drop_log = DropLog(log, "segment")
         self.extra_meta: dict = {}  # run counters saved with checkpoints (set by the launcher)
+        self._requests = RequestQueue(name)  # run between updates (run_between_updates)
+        self._min_version = 0  # actions older than this came from replaced parameters
         store.publish(policy, version, state.params)
         metrics.set_version(policy, version)
 
@@ -181,6 +193,7 @@ class TrainerWorker(Worker):
             self._waiting_since = time.perf_counter()
             while not self.stop.is_set():
                 self.beat()
+                self._requests.serve()
                 if self.checkpoint_requested.is_set():
                     self.save_checkpoint()
                 if sock.poll(100):
@@ -190,8 +203,57 @@ class TrainerWorker(Worker):
                             self.stop.set()
                             break
                         self._update()
+                        self._requests.serve()
         finally:
             sock.close()
+            self._requests.close()
+
+    # -- requests of other threads (population manager) -------------------------------
+    def run_between_updates(self, fn: Callable[["TrainerWorker"], Any]) -> concurrent.futures.Future:
+        """Run ``fn(self)`` in the trainer's own thread between two updates (thread-safe).
+
+        The trainer serves requests, in the order they came, on each turn of its loop
+        (at least every 0.1 s while idle) and after each update, once it has compiled
+        ``learn``. ``fn`` may read and replace ``self.state`` (never while ``learn`` runs).
+
+        Returns:
+          A future of ``fn``'s result (or of the exception it raised); if the trainer
+          stops first, it fails with ``RuntimeError``.
+        """
+        return self._requests.submit(fn, self)
+
+    def snapshot(self) -> concurrent.futures.Future:
+        """A future of ``(state copy, version)``: every leaf of the learner state copied
+        into a fresh buffer of the same placement, in the trainer's thread."""
+        return self.run_between_updates(lambda t: (copy_tree(t.state), t.version))
+
+    def request_replace(self, state: Any) -> concurrent.futures.Future:
+        """Make ``state`` the learner state between two updates and publish its
+        parameters as a new policy version (the population manager's exploit).
+
+        ``state`` must have the current state's tree structure and every leaf's shape
+        and dtype, placed like it (``jaxsrl.population.pbt.apply`` keeps placements), so
+        the compiled ``learn`` runs on it unchanged. Pending rows are dropped
+        (``replaced_rows_dropped``), and so are later segments with actions of the
+        replaced parameters (``replaced_segments_dropped``).
+
+        Returns:
+          A future of the new policy version; it fails with ``ValueError`` (the state
+          kept) if ``state`` does not match.
+        """
+        return self.run_between_updates(lambda t: t._replace_state(state))
+
+    def _replace_state(self, state: Any) -> int:
+        check_same_layout(self.state, state, f"{self.name}: request_replace")
+        self.state = state
+        self.version += 1
+        self._min_version = self.version
+        if self._pending_rows:
+            self.metrics.count("replaced_rows_dropped", self._pending_rows)
+        self._pending, self._pending_rows = [], 0
+        self.store.publish(self.policy, self.version, self.state.params)
+        self.metrics.set_version(self.policy, self.version)
+        return self.version
 
     def _validate(self, frames: list) -> wire.Message:
         """Decode and check one message; raises ``WireError`` (or ``StaleRunError``)."""
@@ -272,6 +334,9 @@ class TrainerWorker(Worker):
                                     if type(timing.get(k)) is float and math.isfinite(timing[k])},
                                    prefix="actor/")
         oldest = int(msg.arrays["version"].min())
+        if oldest < self._min_version:  # acted by parameters that request_replace replaced
+            self.metrics.count("replaced_segments_dropped")
+            return
         if self.max_staleness and self.version - oldest > self.max_staleness:
             self.metrics.count("stale_segments_dropped")
             return
