@@ -40,12 +40,41 @@ class Checkpointer:
         self.manager = ocp.CheckpointManager(
             self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
 
-    def save(self, step: int, state: Any, meta: dict) -> None:
+    def save(self, step: int, state: Any, meta: dict, extra: dict | None = None) -> None:
         """Save ``state`` (a pytree of arrays) and ``meta`` (JSON counters) as ``step``
-        (asynchronously; one save starts at a time in this process, see ``_SAVE_LOCK``)."""
+        (asynchronously; one save starts at a time in this process, see ``_SAVE_LOCK``).
+
+        ``extra`` maps further item names (identifiers other than ``state`` and ``meta``)
+        to pytrees of arrays saved beside them, e.g. an off-policy learner's replay
+        contents; :meth:`restore` never reads them, :meth:`restore_item` does.
+
+        Raises:
+          ValueError: an ``extra`` name that is taken or not an identifier.
+        """
+        items = {"state": ocp.args.StandardSave(state), "meta": ocp.args.JsonSave(meta)}
+        for name, tree in (extra or {}).items():
+            if name in items or not name.isidentifier():
+                raise ValueError(f"extra checkpoint item {name!r} must be an identifier other "
+                                 "than 'state' and 'meta'")
+            items[name] = ocp.args.StandardSave(tree)
         with _SAVE_LOCK:
-            self.manager.save(step, args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+            self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+
+    def has_item(self, step: int, name: str) -> bool:
+        """Whether checkpoint ``step`` holds the extra item ``name`` (see :meth:`save`)."""
+        return os.path.isdir(os.path.join(self.directory, str(step), name))
+
+    def restore_item(self, step: int, name: str) -> Any:
+        """The extra item ``name`` of checkpoint ``step`` as saved (numpy arrays).
+
+        Raises:
+          FileNotFoundError: checkpoint ``step`` has no item ``name``.
+        """
+        if not self.has_item(step, name):
+            raise FileNotFoundError(f"checkpoint {step} in {self.directory} has no {name!r} item")
+        out = self.manager.restore(step, args=ocp.args.Composite(
+            **{name: ocp.args.StandardRestore()}))
+        return out[name]
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()

@@ -2,8 +2,9 @@
 
 Resolution order (later wins):
   1. the defaults of :class:`RunConfig` and of the agent's config dataclass;
-  2. ``configs/<env>.toml`` if it exists (``/`` and ``:`` in the env id become ``_``);
-     with ``--resume``, the run's own ``LOGDIR/config.json`` instead;
+  2. ``configs/<env>.toml`` if it exists (``/`` and ``:`` in the env id become ``_``),
+     then ``configs/<agent>/<env>.toml`` if it exists (``Agent.name``); with
+     ``--resume``, the run's own ``LOGDIR/config.json`` instead;
   3. the files given by ``--config FILE`` (repeatable), in order; in each, top-level
      keys set run fields, the ``[<agent>]`` table sets agent hyperparameters,
      ``[env_kwargs]`` is merged key by key and ``[dataflow]`` replaces the graph;
@@ -98,6 +99,10 @@ class RunConfig:
     """Seconds between periodic checkpoints (one is always written at the end)."""
     keep_checkpoints: int = 3
     """Newest checkpoints kept per policy."""
+    save_replay: bool = False
+    """Off-policy agents: checkpoints also hold the replay contents and rate-limiter
+    counters, so a ``--resume`` continues without refilling the buffer (without it the
+    resumed run refills up to the agent's minimum fill first, and logs that it does)."""
     target_return: Optional[float] = None
     """Stop early once an interval's episode_return_mean reaches this (for benchmarks)."""
     host: str = "127.0.0.1"
@@ -322,7 +327,7 @@ def help_text(agents: dict) -> str:
     """The top of ``train.py --help``: how flags and files combine (the flags that the
     config dataclass does not hold are listed here, since the pre-parser takes them)."""
     return ("Train an agent. Values resolve in this order, later wins: dataclass defaults, "
-            "configs/<env>.toml, each --config FILE in order, then flags. "
+            "configs/<env>.toml, configs/<agent>/<env>.toml, each --config FILE in order, then flags. "
             "--config FILE: a TOML file layered over configs/<env>.toml (repeatable; top-level "
             "keys are run fields, [<agent>] its hyperparameters, [env_kwargs], [dataflow]). "
             "--env_kwargs.KEY=VALUE: an argument of the environment constructor (a TOML "
@@ -376,8 +381,11 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
                                                                     "overwrite"}
         fields = {k: v for k, v in saved.items() if k in known_keys}  # older/newer keys: skipped
         cfg = layers.apply_table(cfg, fields, RunDir(known.logdir).config_path)
-    elif os.path.exists(layers.config_file_for(known.env)):
-        cfg = layers.apply_file(cfg, layers.config_file_for(known.env))
+    else:
+        for path in (layers.config_file_for(known.env),
+                     layers.agent_config_file_for(known.env, agent.name)):
+            if os.path.exists(path):
+                cfg = layers.apply_file(cfg, path)
     for path in known.config:
         cfg = layers.apply_file(cfg, path)
     cfg = tyro.cli(cls, default=cfg, args=list(rest) + ["--agent", known.agent, "--env", known.env],

@@ -1,7 +1,8 @@
 """The layers of a run config below the flags: TOML files and ``--env_kwargs.KEY`` flags.
 
-:func:`jaxsrl.experiment.config.load_config` applies, in order, ``configs/<env>.toml`` (or, with
-``--resume``, the run's ``config.json``), each ``--config`` file, then the flags. Each
+:func:`jaxsrl.experiment.config.load_config` applies, in order, ``configs/<env>.toml`` and
+``configs/<agent>/<env>.toml`` (or, with ``--resume``, the run's ``config.json``), each
+``--config`` file, then the flags. Each
 layer sets only the keys it names: run fields, the agent's ``[<agent>]`` table (field by
 field), tables of other dataclass-valued run fields such as ``[pbt]`` (field by field),
 ``[env_kwargs]`` (merged key by key) and ``[dataflow]`` (replaces the graph).
@@ -22,6 +23,14 @@ ENV_KWARGS_FLAG = "--env_kwargs."
 def config_file_for(env: str) -> str:
     """``configs/<env>.toml`` (``/`` and ``:`` in the id become ``_``)."""
     return os.path.join(CONFIG_DIR, env.replace("/", "_").replace(":", "_") + ".toml")
+
+
+def agent_config_file_for(env: str, agent: str) -> str:
+    """``configs/<agent>/<env>.toml``: run fields and hyperparameters of one agent on one
+    environment, layered over ``configs/<env>.toml`` (e.g. off-policy agents' actor
+    layouts, which differ from the on-policy ones the env file sets)."""
+    name = env.replace("/", "_").replace(":", "_") + ".toml"
+    return os.path.join(CONFIG_DIR, agent.replace("/", "_").replace(":", "_"), name)
 
 
 def apply_file(cfg: Any, path: str) -> Any:

@@ -12,10 +12,19 @@ inference servers sharing one learner" need a config, not new runtime code::
                                          policy="default"),),
         trainers=(TrainerSpec("trainer", sample_stream="samples", policy="default"),))
 
+Off-policy agents (``AgentFns.replay`` set) add a ``buffer`` (replay) worker between a
+sample stream and its trainer (:class:`BufferSpec`): segments go into the replay, the
+trainer samples batches from it and writes back priorities. The launcher adds one with
+the default placement, ``"learner"``, to the stream of every off-policy trainer that
+has none (``jaxsrl/workers/learner/replay_setup.py``); a ``buffers`` list in the
+``[dataflow]`` table names them explicitly::
+
+    buffers = [{name = "replay", sample_stream = "samples", placement = "learner"}]
+
 Rules (checked by :meth:`Dataflow.validate`): every inference stream is served by
 exactly one policy worker and every sample stream is read by exactly one trainer;
 each policy has exactly one trainer; an actor group's two streams belong to the same
-policy.
+policy; a buffer sits on a stream that a trainer reads, at most one per stream.
 """
 
 from __future__ import annotations
@@ -84,13 +93,39 @@ class TrainerSpec:
     policy: str
 
 
+#: Where a buffer worker may run. ``"learner"``: inside the trainer of its stream (a
+#: thread of the accelerator process), the items on the trainer's first device, so
+#: sampling never crosses the host (``jaxsrl/workers/learner/replay_trainer.py``). Separate
+#: buffer processes (``"process"``: fed by the sample stream, serving batches over a
+#: stream, for replay larger than the learner's memory) are not implemented yet.
+BUFFER_PLACEMENTS = ("learner",)
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferSpec:
+    """A replay (buffer) worker storing the segments of ``sample_stream`` for its trainer.
+
+    Attributes:
+      name: worker name (logs).
+      sample_stream: the stream whose segments it stores; read by exactly one trainer,
+        which samples its batches from this buffer.
+      placement: one of :data:`BUFFER_PLACEMENTS` (default ``"learner"``).
+    """
+
+    name: str
+    sample_stream: str
+    placement: str = "learner"
+
+
 @dataclasses.dataclass(frozen=True)
 class Dataflow:
-    """Worker groups and the streams between them."""
+    """Worker groups and the streams between them (``buffers``: replay workers of
+    off-policy trainers, none for on-policy graphs)."""
 
     actors: tuple
     policy_workers: tuple
     trainers: tuple
+    buffers: tuple = ()
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "Dataflow":
@@ -99,7 +134,7 @@ class Dataflow:
         Raises:
           ValueError: unknown keys or missing fields, naming them.
         """
-        unknown = set(data) - {"actors", "policy_workers", "trainers"}
+        unknown = set(data) - {"actors", "policy_workers", "trainers", "buffers"}
         if unknown:
             raise ValueError(f"unknown dataflow keys {sorted(unknown)}")
 
@@ -114,13 +149,14 @@ class Dataflow:
 
         return cls(build(ActorGroup, data.get("actors", ())),
                    build(PolicyWorkerSpec, data.get("policy_workers", ())),
-                   build(TrainerSpec, data.get("trainers", ())))
+                   build(TrainerSpec, data.get("trainers", ())),
+                   build(BufferSpec, data.get("buffers", ())))
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first broken rule (see module docstring)."""
         if not self.actors or not self.policy_workers or not self.trainers:
             raise ValueError("a dataflow needs at least one actor group, policy worker and trainer")
-        names = [w.name for w in (*self.actors, *self.policy_workers, *self.trainers)]
+        names = [w.name for w in (*self.actors, *self.policy_workers, *self.trainers, *self.buffers)]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"worker names must be unique, repeated: {sorted(dup)}")
@@ -169,8 +205,37 @@ class Dataflow:
                                      f"{serving[inference]!r} but feeds the trainer of "
                                      f"{learning[sample]!r}")
 
+        buffered = set()
+        for b in self.buffers:
+            if b.sample_stream not in learning:
+                raise ValueError(f"buffer {b.name!r}: no trainer reads sample stream "
+                                 f"{b.sample_stream!r}")
+            if b.sample_stream in buffered:
+                raise ValueError(f"sample stream {b.sample_stream!r} has two buffers")
+            buffered.add(b.sample_stream)
+            if b.placement not in BUFFER_PLACEMENTS:
+                raise ValueError(f"buffer {b.name!r}: placement={b.placement!r}; valid: "
+                                 f"{list(BUFFER_PLACEMENTS)} (separate buffer processes are "
+                                 "not implemented yet)")
+
     def policies(self) -> list[str]:
         return [t.policy for t in self.trainers]
+
+    def buffer_for(self, sample_stream: str) -> BufferSpec | None:
+        """The buffer on ``sample_stream``, or ``None``."""
+        return next((b for b in self.buffers if b.sample_stream == sample_stream), None)
+
+    def with_buffers(self, sample_streams) -> "Dataflow":
+        """This graph with a learner-placed buffer on each of ``sample_streams`` that has
+        none: ``"replay"`` for the first added, ``"replay_<stream>"`` if that is taken."""
+        added = []
+        names = {w.name for w in (*self.actors, *self.policy_workers, *self.trainers, *self.buffers)}
+        for stream in sample_streams:
+            if self.buffer_for(stream) is None and stream not in [b.sample_stream for b in added]:
+                name = "replay" if "replay" not in names else f"replay_{stream}"
+                names.add(name)
+                added.append(BufferSpec(name, stream))
+        return dataclasses.replace(self, buffers=self.buffers + tuple(added)) if added else self
 
 
 def default_dataflow(num_actors: int, inference_servers: int = 1) -> Dataflow:

@@ -121,7 +121,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     try:
         setup = wiring.agent_setup(cfg, flow, placement)  # ValueErrors before anything starts
         _write_config(cfg, logdir)
-        run = wiring.new_run(cfg, flow, logdir, clock, placement, spawner)
+        run = wiring.new_run(cfg, setup.flow, logdir, clock, placement, spawner)
         old_handlers = install_stop_handlers()
         wiring.start(run, setup)
         record.update(ControlLoop(run)())

@@ -39,7 +39,7 @@ from jaxsrl.streams import security, sockets
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.spaces import action_leaf, space_leaves
 from jaxsrl.workers.inference.policy import PolicyWorker
-from jaxsrl.workers.learner.trainer import TrainerWorker
+from jaxsrl.workers.learner import replay_setup
 
 log = logging.getLogger("jaxsrl")
 
@@ -55,6 +55,8 @@ class AgentSetup:
         trainer's planned updates, ``updates``).
       act: the first trainer's ``act`` jitted for this process's inference servers
         (``act`` and ``initial_carry`` do not depend on the plan).
+      flow: the run's graph with a buffer worker on every off-policy trainer's stream
+        (``replay_setup.complete_dataflow``).
     """
 
     spec: EnvSpec
@@ -62,6 +64,7 @@ class AgentSetup:
     fns_of: dict[str, AgentFns]
     updates: dict[str, int]
     act: Any
+    flow: Any = None
 
     @property
     def fns(self) -> AgentFns:
@@ -77,7 +80,7 @@ def envs_of(cfg: Any, group: Any) -> int:
     return group.envs_per_actor or cfg.envs_per_actor
 
 
-def planned_updates(cfg: Any, flow: Any, teams: list) -> dict:
+def planned_updates(cfg: Any, flow: Any, teams: list, replay: Any = None) -> dict:
     """Planned ``learn`` calls of each trainer over ``cfg.total_env_steps`` env frames:
     the horizon of its policy's learning-rate schedule.
 
@@ -94,10 +97,14 @@ def planned_updates(cfg: Any, flow: Any, teams: list) -> dict:
     schedule it would have followed had it been planned for the new total from the
     start (``docs/reliability.md``, "Learner interruption and checkpoints").
 
+    Off-policy agents (``replay``, their ``ReplaySpec``) insert one item per row-step
+    and learn at the replay ratio: :func:`jaxsrl.workers.learner.replay_setup.planned_updates`.
+
     Args:
       cfg: the run config.
       flow: its :class:`~jaxsrl.experiment.dataflow.Dataflow`.
       teams: team of each agent of one environment (``jaxsrl.envs.EnvInfo.teams``).
+      replay: the agent's ``ReplaySpec``, or ``None`` (on-policy).
 
     Returns:
       ``{trainer name: planned updates}`` (at least 1 each).
@@ -110,7 +117,8 @@ def planned_updates(cfg: Any, flow: Any, teams: list) -> dict:
             frames += envs
             rows += envs * sum(len(teams) if team is None else sum(x == team for x in teams)
                                for team, _, sample in a.bindings() if sample == t.sample_stream)
-        out[t.name] = cfg.num_updates(rows / frames) if rows else 1
+        out[t.name] = ((replay_setup.planned_updates(cfg.total_env_steps * rows / frames, replay)
+                        if replay else cfg.num_updates(rows / frames)) if rows else 1)
     return out
 
 
@@ -131,10 +139,11 @@ def agent_setup(cfg: Any, flow: Any, placement: Any) -> AgentSetup:
     action_leaf(action_space)
     spec = EnvSpec(obs_space, action_space)
     teams = factory.env.teams
-    updates = planned_updates(cfg, flow, teams)
+    updates = planned_updates(cfg, flow, teams, factory.make(1).replay)  # make: closures only
     fns_of = {t.name: factory.make(updates[t.name]) for t in flow.trainers}
+    flow = replay_setup.complete_dataflow(flow, fns_of, placement.processes)
     act = placement.jit_act(fns_of[flow.trainers[0].name].act)
-    return AgentSetup(spec, teams, fns_of, updates, act)
+    return AgentSetup(spec, teams, fns_of, updates, act, flow)
 
 
 def new_run(cfg: Any, flow: Any, logdir: str, clock: Any, placement: Any, spawner: Any) -> Run:
@@ -213,8 +222,9 @@ def _build_trainers(run: Run, setup: AgentSetup) -> None:
                             if sample == t.sample_stream] or [1])
         state, rng = placement.share_state(t.name, t.policy, state, rng, version,
                                            num_updates=setup.updates[t.name], max_rows=segment_rows)
-        run.trainers[t.sample_stream] = TrainerWorker(
-            t.name, t.policy, placement.jit_learn(fns.learn), placement.put_batch,
+        kind, extra = replay_setup.trainer_kind(fns, cfg, setup.updates[t.name])
+        run.trainers[t.sample_stream] = kind(
+            t.name, t.policy, replay_setup.jit_learn(fns, placement), placement.put_batch,
             state, rng, version, setup.spec.observation_space, setup.spec.action_space,
             cfg.segment_length, cfg.batch_segments // placement.processes, run.store,
             (run.population.metrics_for(t.policy) if run.population else
@@ -222,7 +232,7 @@ def _build_trainers(run: Run, setup: AgentSetup) -> None:
             ckpt, cfg.max_staleness, run.bind_host, setup.fns.initial_carry, actors=run.table,
             max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=run.context,
             curve=_server_keys(run), before_update=placement.gate(t.policy, run.metrics),
-            idle_rows=env_has_idle_rows(cfg.env))
+            idle_rows=env_has_idle_rows(cfg.env), **extra)
 
 
 def _build_servers(run: Run, setup: AgentSetup) -> RemoteInferenceServers | None:
@@ -277,7 +287,9 @@ def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | 
             streams = [{"policy": run.trainers[sample].policy, "team": team,
                         **assigner.next(inference),  # its server (and fallbacks)
                         "sample_address": run.placement.sample_address(
-                            idx, run.trainers[sample].address)}
+                            idx, run.trainers[sample].address),
+                        "sample_hwm": run.trainers[sample].sample_send_hwm,
+                        "sample_sndbuf": run.trainers[sample].sample_buffer_bytes}
                        for team, inference, sample in a.bindings()]
             error_file = RunDir(run.logdir).error_file(f"actor{idx}")
             if os.path.exists(error_file):

@@ -44,6 +44,17 @@ def jit_learn(learn: Callable, mesh: Mesh) -> Callable:
     return jax.jit(learn, in_shardings=(rep, shard, rep), out_shardings=(rep, rep))
 
 
+def jit_replay_learn(learn: Callable, mesh: Mesh) -> Callable:
+    """An off-policy ``learn(state, batch, rng) -> (state, metrics, priorities)`` jitted
+    like :func:`jit_learn`; ``priorities`` ``[B]`` come back sharded like the batch.
+
+    The batch's leading dimension (the replay batch size) must be divisible by
+    ``mesh.size``.
+    """
+    rep, shard = replicated(mesh), batch_sharded(mesh)
+    return jax.jit(learn, in_shardings=(rep, shard, rep), out_shardings=(rep, rep, shard))
+
+
 def jit_act(act: Callable, mesh: Mesh, **static) -> Callable:
     """``act(params, obs, carry, rng)`` jitted with obs and carry batch-sharded.
 

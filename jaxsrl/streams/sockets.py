@@ -20,6 +20,7 @@ from jaxsrl.streams import security
 
 def open_socket(context: zmq.Context | None, kind: int, *, linger_ms: int = 0,
                 send_hwm: int | None = None, recv_hwm: int | None = None,
+                send_buffer_bytes: int | None = None, recv_buffer_bytes: int | None = None,
                 max_frame_bytes: int | None = None, curve_server: tuple | None = None,
                 curve_client: tuple | None = None, subscribe: Sequence[bytes] = ()
                 ) -> zmq.Socket:
@@ -31,6 +32,8 @@ def open_socket(context: zmq.Context | None, kind: int, *, linger_ms: int = 0,
       kind: the socket type.
       linger_ms: how long ``close`` waits to deliver queued messages (0: drop them).
       send_hwm, recv_hwm: high-water marks in messages (``None``: ZeroMQ's default).
+      send_buffer_bytes, recv_buffer_bytes: the kernel's ``SO_SNDBUF`` / ``SO_RCVBUF``
+        of the socket's TCP connections (``None`` or -1: the OS default, autotuned).
       max_frame_bytes: frames larger than this disconnect the peer before they are
         buffered (``None``, or -1: no cap).
       curve_server: ``(public, secret)`` z85 keys: the socket is a CURVE server.
@@ -49,6 +52,10 @@ def open_socket(context: zmq.Context | None, kind: int, *, linger_ms: int = 0,
         sock.setsockopt(zmq.SNDHWM, int(send_hwm))
     if recv_hwm is not None:
         sock.setsockopt(zmq.RCVHWM, int(recv_hwm))
+    if send_buffer_bytes is not None:
+        sock.setsockopt(zmq.SNDBUF, int(send_buffer_bytes))
+    if recv_buffer_bytes is not None:
+        sock.setsockopt(zmq.RCVBUF, int(recv_buffer_bytes))
     if max_frame_bytes is not None:
         sock.setsockopt(zmq.MAXMSGSIZE, int(max_frame_bytes))
     if curve_server is not None:

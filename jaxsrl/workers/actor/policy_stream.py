@@ -32,7 +32,7 @@ class PolicyStream:
         self.inference = self._connect(self.addresses[0])
         # Linger: a segment sent just before a clean stop still reaches the learner.
         self.samples = open_socket(ctx, zmq.PUSH, linger_ms=1000, send_hwm=spec.sample_hwm,
-                                   curve_client=curve)
+                                   send_buffer_bytes=spec.sample_sndbuf, curve_client=curve)
         self.samples.connect(spec.sample_address)
         # Failover state: since when requests wait without an answer, since when the
         # current server has been tried, servers tried since the last answer.

@@ -30,6 +30,9 @@ class StreamSpec:
       team: the rows it serves: the agents of this team (``None``: every row).
       sample_hwm: segments queued on the sample socket before the actor blocks
         (backpressure; small, so a slow learner slows the actors).
+      sample_sndbuf: the sample socket's kernel send buffer in bytes (-1: the OS
+        default); small for replay learners, so few segments wait in flight
+        (``TrainerWorker.sample_buffer_bytes``).
     """
 
     policy: str
@@ -37,6 +40,7 @@ class StreamSpec:
     inference_addresses: tuple
     team: str | None = None
     sample_hwm: int = 2
+    sample_sndbuf: int = -1
 
     @property
     def inference_address(self) -> str:
@@ -57,12 +61,14 @@ class StreamSpec:
         _check_keys(cls, {**data, "inference_addresses": addresses}, "actor stream spec")
         return cls(policy=data["policy"], sample_address=data["sample_address"],
                    inference_addresses=addresses, team=data.get("team"),
-                   sample_hwm=int(data.get("sample_hwm", 2)))
+                   sample_hwm=int(data.get("sample_hwm", 2)),
+                   sample_sndbuf=int(data.get("sample_sndbuf", -1)))
 
     def to_dict(self) -> dict:
         return {"policy": self.policy, "team": self.team, "sample_address": self.sample_address,
                 "inference_address": self.inference_address,
-                "inference_addresses": list(self.inference_addresses), "sample_hwm": self.sample_hwm}
+                "inference_addresses": list(self.inference_addresses), "sample_hwm": self.sample_hwm,
+                "sample_sndbuf": self.sample_sndbuf}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -115,6 +115,14 @@ class TrainerWorker(Worker):
         learners: :class:`jaxsrl.parallel.distributed.Lockstep`).
     """
 
+    #: The sample stream's queues, which bound the segments in flight (back-pressure):
+    #: segments queued per actor connection here (RCVHWM) and in each actor's sample socket
+    #: (SNDHWM, sent in the actors' stream specs), and the kernel socket buffers in bytes
+    #: (SO_RCVBUF here, SO_SNDBUF there; -1: the OS default, autotuned up to megabytes).
+    sample_recv_hwm: int = 4
+    sample_send_hwm: int = 2
+    sample_buffer_bytes: int = -1
+
     def __init__(self, name: str, policy: str, learn: Callable, put_batch: Callable, state: Any,
                  rng: jax.Array, version: int, observation_space, action_space,
                  segment_length: int, batch_segments: int, store: ParameterStore,
@@ -183,7 +191,8 @@ class TrainerWorker(Worker):
     def _run(self) -> None:
         """Learn until ``stop`` is set (``run()`` calls this; exceptions end up in ``error``)."""
         # A small queue: backpressure bounds staleness. Bigger frames: disconnect.
-        sock = open_socket(self._context, zmq.PULL, recv_hwm=4,
+        sock = open_socket(self._context, zmq.PULL, recv_hwm=self.sample_recv_hwm,
+                           recv_buffer_bytes=self.sample_buffer_bytes,
                            max_frame_bytes=self.max_frame_bytes, curve_server=self._curve)
         try:
             self.address = bind(sock, self.host, name=self.name)
@@ -196,14 +205,7 @@ class TrainerWorker(Worker):
                 self._requests.serve()
                 if self.checkpoint_requested.is_set():
                     self.save_checkpoint()
-                if sock.poll(100):
-                    self._receive(sock.recv_multipart(copy=False))
-                    while self._batch_ready() and not self.stop.is_set():
-                        if self._before_update is not None and not self._before_update(self.stop):
-                            self.stop.set()
-                            break
-                        self._update()
-                        self._requests.serve()
+                self._turn(sock)
         finally:
             sock.close()
             self._requests.close()
@@ -254,6 +256,19 @@ class TrainerWorker(Worker):
         self.store.publish(self.policy, self.version, self.state.params)
         self.metrics.set_version(self.policy, self.version)
         return self.version
+
+    def _turn(self, sock: zmq.Socket) -> None:
+        """One turn of the learner loop: take a segment if one comes within 100 ms, then
+        run every update a whole batch allows (off-policy learners override this:
+        ``jaxsrl/workers/learner/replay_trainer.py``)."""
+        if sock.poll(100):
+            self._receive(sock.recv_multipart(copy=False))
+            while self._batch_ready() and not self.stop.is_set():
+                if self._before_update is not None and not self._before_update(self.stop):
+                    self.stop.set()
+                    break
+                self._update()
+                self._requests.serve()
 
     def _validate(self, frames: list) -> wire.Message:
         """Decode and check one message; raises ``WireError`` (or ``StaleRunError``)."""
@@ -340,8 +355,12 @@ class TrainerWorker(Worker):
         if self.max_staleness and self.version - oldest > self.max_staleness:
             self.metrics.count("stale_segments_dropped")
             return
-        self._pending.append(msg.arrays)
-        self._pending_rows += len(msg.arrays["reward"])
+        self._accept(msg.arrays)
+
+    def _accept(self, arrays: dict) -> None:
+        """Keep a valid segment's arrays (``[rows, ...]``) for the next batches."""
+        self._pending.append(arrays)
+        self._pending_rows += len(arrays["reward"])
 
     def _batch_ready(self) -> bool:
         """Drop pending rows too stale for the next update; is a whole batch left?"""
