@@ -414,11 +414,18 @@ class TrainerWorker(Worker):
         self._waiting_since = time.perf_counter()
 
     def save_checkpoint(self) -> None:
-        """Save state, RNG and counters now (called between updates)."""
+        """Save state, RNG and counters now (called between updates), with the items of
+        :meth:`_checkpoint_extra` beside them."""
         self.checkpoint_requested.clear()
         if self.checkpointer is None or self.checkpointer.latest_step() == self.version:
             return
         tree = {"agent": self.state, "rng": self.rng}
         meta = {"policy_version": self.version, **self.extra_meta,
                 "env_steps": self.metrics.env_steps}
-        self.checkpointer.save(self.version, tree, meta)
+        extra = self._checkpoint_extra(meta)
+        self.checkpointer.save(self.version, tree, meta, *([extra] if extra else []))
+
+    def _checkpoint_extra(self, meta: dict) -> dict:
+        """Further checkpoint items (name -> pytree) and counters added to ``meta``:
+        none here (off-policy learners add their replay)."""
+        return {}
