@@ -92,3 +92,46 @@ def check_same_layout(old: Any, new: Any, what: str) -> None:
         if sa != sb:
             raise ValueError(f"{what}: leaf {jax.tree_util.keystr(path)} is {sb[1]}{list(sb[0])}, "
                              f"not {sa[1]}{list(sa[0])}")
+
+
+class LearnerRequests:
+    """What other threads (the population manager) may ask of a learner: the public
+    face of its :class:`RequestQueue` (``self._requests``), mixed into
+    :class:`~jaxsrl.workers.learner.trainer.TrainerWorker`, which implements
+    ``_replace_state``.
+    """
+
+    def run_between_updates(self, fn: Callable[[Any], Any]) -> concurrent.futures.Future:
+        """Run ``fn(self)`` in the trainer's own thread between two updates (thread-safe).
+
+        The trainer serves requests, in the order they came, on each turn of its loop
+        (at least every 0.1 s while idle) and after each update, once it has compiled
+        ``learn``. ``fn`` may read and replace ``self.state`` (never while ``learn`` runs).
+
+        Returns:
+          A future of ``fn``'s result (or of the exception it raised); if the trainer
+          stops first, it fails with ``RuntimeError``.
+        """
+        return self._requests.submit(fn, self)
+
+    def snapshot(self) -> concurrent.futures.Future:
+        """A future of ``(state copy, version)``: every leaf of the learner state copied
+        into a fresh buffer of the same placement, in the trainer's thread."""
+        return self.run_between_updates(lambda t: (copy_tree(t.state), t.version))
+
+    def request_replace(self, state: Any) -> concurrent.futures.Future:
+        """Make ``state`` the learner state between two updates and publish its
+        parameters as a new policy version (the population manager's exploit).
+
+        ``state`` must have the current state's tree structure and every leaf's shape
+        and dtype, placed like it (``jaxsrl.population.pbt.apply`` keeps placements), so
+        the compiled ``learn`` runs on it unchanged. Pending rows are dropped
+        (``replaced_rows_dropped``), and so are later segments with actions of the
+        replaced parameters (``replaced_segments_dropped``).
+
+        Returns:
+          A future of the new policy version; it fails with ``ValueError`` (the state
+          kept) if ``state`` does not match.
+        """
+        return self.run_between_updates(lambda t: t._replace_state(state))
+

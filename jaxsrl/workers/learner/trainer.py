@@ -37,7 +37,6 @@ parameters it replaced are dropped (``replaced_rows_dropped``,
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import math
 import threading
@@ -59,7 +58,7 @@ from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.segment import segment_schema, to_trajectory
 from jaxsrl.streams.sockets import bind, open_socket
-from jaxsrl.workers.learner.requests import RequestQueue, check_same_layout, copy_tree
+from jaxsrl.workers.learner.requests import LearnerRequests, RequestQueue, check_same_layout
 
 log = logging.getLogger("jaxsrl.trainer")
 #: episode statistics keys the trainer accepts per run (a bound on metric names).
@@ -77,7 +76,7 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
-class TrainerWorker(Worker):
+class TrainerWorker(LearnerRequests, Worker):
     """Learner thread of one policy (lifecycle: :class:`~jaxsrl.core.worker.Worker`).
 
     Metrics per update: the agent's ``learn`` metrics, ``staleness_mean``/``_max`` and
@@ -209,41 +208,6 @@ class TrainerWorker(Worker):
         finally:
             sock.close()
             self._requests.close()
-
-    # -- requests of other threads (population manager) -------------------------------
-    def run_between_updates(self, fn: Callable[["TrainerWorker"], Any]) -> concurrent.futures.Future:
-        """Run ``fn(self)`` in the trainer's own thread between two updates (thread-safe).
-
-        The trainer serves requests, in the order they came, on each turn of its loop
-        (at least every 0.1 s while idle) and after each update, once it has compiled
-        ``learn``. ``fn`` may read and replace ``self.state`` (never while ``learn`` runs).
-
-        Returns:
-          A future of ``fn``'s result (or of the exception it raised); if the trainer
-          stops first, it fails with ``RuntimeError``.
-        """
-        return self._requests.submit(fn, self)
-
-    def snapshot(self) -> concurrent.futures.Future:
-        """A future of ``(state copy, version)``: every leaf of the learner state copied
-        into a fresh buffer of the same placement, in the trainer's thread."""
-        return self.run_between_updates(lambda t: (copy_tree(t.state), t.version))
-
-    def request_replace(self, state: Any) -> concurrent.futures.Future:
-        """Make ``state`` the learner state between two updates and publish its
-        parameters as a new policy version (the population manager's exploit).
-
-        ``state`` must have the current state's tree structure and every leaf's shape
-        and dtype, placed like it (``jaxsrl.population.pbt.apply`` keeps placements), so
-        the compiled ``learn`` runs on it unchanged. Pending rows are dropped
-        (``replaced_rows_dropped``), and so are later segments with actions of the
-        replaced parameters (``replaced_segments_dropped``).
-
-        Returns:
-          A future of the new policy version; it fails with ``ValueError`` (the state
-          kept) if ``state`` does not match.
-        """
-        return self.run_between_updates(lambda t: t._replace_state(state))
 
     def _replace_state(self, state: Any) -> int:
         check_same_layout(self.state, state, f"{self.name}: request_replace")
