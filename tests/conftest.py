@@ -8,8 +8,19 @@ is installed (``pip install -e .`` of another checkout), or none.
 """
 
 import os
+import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+TIERS = ("unit", "workers", "system")
+"""``tests/unit`` (maths, wire, messages, config, dataflow, envs), ``tests/workers`` (each
+worker against fakes, through its public methods), ``tests/system`` (end to end, faults,
+resume, multi-host, Ray). Shared helpers stay in ``tests/``; every tier imports them and
+each other's fixtures by module name."""
+
+for _d in (TESTS, *(os.path.join(TESTS, t) for t in TIERS)):
+    if _d not in sys.path:
+        sys.path.insert(0, _d)
 
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)

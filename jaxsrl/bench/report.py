@@ -1,14 +1,13 @@
 """Turn the ladder's measurements into targets, a bottleneck, a table, JSON and Markdown.
 
 Everything here is plain data in, plain data or text out (no JAX, no processes), so
-the report of any ``benchmarks.json`` can be re-rendered with :func:`render_markdown`.
+the report of any ``benchmarks.json`` can be re-rendered with :func:`render_markdown`
+(:mod:`jaxsrl.bench.report_render`).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 
 #: targets per environment (the issue's numbers, for the 2-core, no-GPU machine).
 TARGETS = {
@@ -28,58 +27,6 @@ RUNG_TITLES = {
     "replay": "7. replay buffer",
 }
 
-METHOD = """\
-Every rung runs on the machine described above, with the run config resolved by
-`jaxsrl.experiment.config.load_config` from the same flags as `scripts/train.py`.
-
-1. **Raw environment**: one OS process per actor of the layout (`python -m
-   jaxsrl.bench.raw_env`, no JAX), each stepping the actor's ring of
-   `jaxsrl.envs.make_actor_env` groups with uniformly random actions; all processes
-   start together. The sum of their env steps/s is the ceiling of this machine.
-2. **Transport**: one actor group's `act` request (real observations after a reset,
-   encoded by `jaxsrl.streams.wire`) sent by a DEALER to an echo ROUTER in another process over
-   tcp loopback, `ring_size` requests in flight, replies decoded. MB/s counts both
-   directions. Its frames/s ceiling is round trips/s x env steps per request for ONE
-   actor connection.
-3. **Inference**: real `python -m jaxsrl.workers.actor` processes (specs as the launcher
-   builds them) and a real `PolicyWorker` thread with frozen initial parameters; no
-   learner (a PULL socket counts the segments' `env_steps` and drops them). Batch rows
-   come from the server's `inference/batch_rows` metric, latency from its
-   `inference/latency_ms_p50`/`_p99` metrics (time from noticing a request to the last
-   reply of that batch sent; queueing before that is not included). "Actor wait" is the share of actor time spent waiting for
-   actions (the actors' own `timing`).
-4. **Learner only**: the jitted `learn` (`jaxsrl.parallel.devices.jit_learn`, compiled ahead of
-   time) called back to back on one synthetic batch of `batch_segments x
-   segment_length` (random observations and actions) already on the devices.
-5. **End to end**: `jaxsrl.launch.launcher.train` in its own process with the resolved config
-   (overridden only: `log_interval_s`, `logdir`, no early stop, no periodic checkpoint,
-   and a step limit far beyond the window). Env steps/s are read from its
-   `metrics.jsonl` between the record after the first interval with frames (warm-up
-   skipped) and the last record; then the run is stopped with SIGTERM.
-6. **Scaling**: rung 5 again with `--num_actors` = 1, 2, 4, ... The ideal line is
-   rung 1's env steps/s per process x the number of actors, capped at the number of
-   cores (more processes than cores cannot step more environments).
-7. **Replay buffer**: `jaxsrl.workers.buffer.replay.Replay` alone on the device, at the
-   agent's `ReplaySpec` (defaults for on-policy agents), uniform and prioritised: `add`
-   of 256 host rows back to back, then `sample` (fetched to the host) and, prioritised,
-   `sample` + `set_priorities` on the full buffer (`jaxsrl/bench/replay.py`).
-
-**Memory**: peak resident set size per process kind: the kernel's high-water mark
-(`VmHWM` of `/proc/<pid>/status`) of the training process (= accelerator process) and
-of its actor processes, read every 0.25 s during rung 5 (psutil finds the processes);
-rung 1's environment processes report their own `VmHWM`. MB = 10^6 bytes, MiB = 2^20.
-
-**Other load**: for each rung, the CPU-seconds the whole machine used (`/proc/stat`)
-minus those of the benchmark's own processes (`RUSAGE_SELF` + `RUSAGE_CHILDREN`),
-divided by the rung's wall time: how many cores other work kept busy. Rungs run one
-after another, so on a shared machine they can see different competition; compare
-rates only between rows with similar other load.
-
-**Bottleneck**: each rung gives a ceiling in env frames/s for this layout (rungs 1, 3, 4,
-and rung 2 for one connection); the lowest one is the bottleneck. "Learner busy" is
-rung 5's updates/s x rung 4's time per update: the share of the wall time the learner
-needs at its isolated speed (near 100% would make the learner the limit).
-"""
 
 
 # -- formatting ---------------------------------------------------------------------
@@ -347,104 +294,3 @@ def finalize(result: dict) -> dict:
                                          if _ok(e2e) and ceil.get("raw_env") else None)
     return result
 
-
-# -- rendering ------------------------------------------------------------------------
-def _md_table(header: list[str], rows: list[list]) -> str:
-    esc = lambda c: str(c).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _met(t: dict) -> str:
-    return {True: "met", False: "**missed**", None: "not measured"}[t["met"]]
-
-
-def render_markdown(result: dict) -> str:
-    """``docs/benchmarks.md``: machine, command, ladder, targets, scaling, memory, method."""
-    m, lay = result["machine"], result["layout"]
-    out = ["# Benchmarks", "",
-           "Generated by `scripts/bench.py` (do not edit by hand; rerun it). "
-           "Raw numbers: [`benchmarks.json`](benchmarks.json).", "",
-           "## Machine", "",
-           f"- cores: {m.get('cores')} ({m.get('cpu')}), memory: {m.get('memory_gib')} GiB",
-           f"- devices: {', '.join(m.get('devices', []))} (backend `{m.get('platform')}`)",
-           f"- python {m.get('python')}, jax {m.get('jax')}, {m.get('os')}",
-           f"- date: {m.get('date')}",
-           f"- load average (1, 5, 15 min) at start: {m.get('load_average_start')}, "
-           f"at end: {m.get('load_average_end')}"
-           + (" — the machine was shared with other work: rates are lower and latencies higher "
-              "than on an idle machine (see the other-load column)"
-              if (m.get("load_average_start") or [0])[0] > 0.5 * (m.get("cores") or 1) else ""),
-           "- mode: " + ("quick (tiny durations; numbers are rough)" if result.get("quick")
-                         else "full") + ", "
-           f"total benchmark time {fmt(result.get('wall_s'))} s",
-           "", "Command:", "", "```bash", m.get("command", ""), "```", "",
-           f"Layout: `--env={lay['env']}`, {lay['num_actors']} actor processes x "
-           f"{lay['envs_per_actor']} envs (ring of {lay['ring_size']}), segments of "
-           f"{lay['segment_length']} steps, {lay['batch_segments']} segments per update, agent "
-           f"`{lay['agent']}`.", "",
-           "## Ladder", "",
-           _md_table(["rung", "what", "measured", "ceiling (env frames/s)", "other load (cores)",
-                      "details"],
-                     [[r["rung"], r["what"], r["value"], fmt(r["ceiling_fps"]),
-                       fmt(r.get("other_cores"), 1), r["detail"]] for r in result["table"]]), "",
-           "*Ceiling*: the env frames/s this rung allows the layout. *Other load*: cores kept "
-           "busy by processes other than the benchmark's during that rung (see below).", ""]
-    b = result["bottleneck"]
-    out += ["## Bottleneck", "",
-            f"**{RUNG_TITLES.get(b.get('rung'), '—')}** — {b.get('why')}.", ""]
-    if result["targets"]:
-        out += ["## Targets", "",
-                _md_table(["target", "wanted", "measured", "status", "bottleneck rung", "why"],
-                          [[t["name"], t["target"],
-                            f"{fmt(t['value'], UNIT_DIGITS.get(t['unit'], 1))} {t['unit']}"
-                            if t["value"] is not None else "—",
-                            _met(t), t["bottleneck"], t["why"]] for t in result["targets"]]), ""]
-    if result["scaling"]:
-        out += ["## Scaling", "",
-                _md_table(["actor processes", "env steps/s", "ideal", "efficiency",
-                           "actors wait", "updates/s", "other load (cores)"],
-                          [[p["num_actors"],
-                            fmt(p["env_steps_per_s"]) if not p["error"] else p["error"],
-                            fmt(p["ideal"]),
-                            fmt_pct(p["efficiency"]),
-                            fmt_pct(p["actor_wait_fraction"]),
-                            fmt(p["updates_per_s"], 1), fmt(p.get("other_cores"), 1)]
-                           for p in result["scaling"]]), ""]
-    if result["memory"]:
-        out += ["## Peak memory", "",
-                _md_table(["process kind", "peak RSS (MiB)", "processes", "measured in"],
-                          [[k, fmt(v["peak_rss_mib"], 1), v["processes"], v["measured_in"]]
-                           for k, v in sorted(result["memory"].items())]), ""]
-    if result.get("notes"):
-        out += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
-    out += ["## How each rung is measured", "", METHOD]
-    return "\n".join(out)
-
-
-def render_console(result: dict) -> str:
-    """A plain-text summary for the terminal."""
-    lines = []
-    for r in result["table"]:
-        lines.append(f"{r['rung']:<20} {r['value']:>14}  {r['what']}")
-        lines.append(f"{'':<20} {'':>14}  {r['detail']}")
-    lines.append(f"bottleneck: {RUNG_TITLES.get(result['bottleneck'].get('rung'), '—')} — "
-                 f"{result['bottleneck'].get('why')}")
-    for t in result["targets"]:
-        lines.append(f"target {t['name']} {t['target']}: "
-                     f"{fmt(t['value'], UNIT_DIGITS.get(t['unit'], 1))} {t['unit']} "
-                     f"-> {_met(t).strip('*')}")
-    for k, v in sorted(result["memory"].items()):
-        lines.append(f"memory {k}: {v['peak_rss_mib']} MiB peak ({v['processes']} process(es))")
-    return "\n".join(lines)
-
-
-def write(result: dict, json_path: str | None, md_path: str | None) -> None:
-    """Write ``result`` as JSON and/or Markdown (folders created)."""
-    for path, text in ((json_path, lambda: json.dumps(result, indent=2, default=str) + "\n"),
-                       (md_path, lambda: render_markdown(result))):
-        if path:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(text())

@@ -22,7 +22,7 @@ import shlex
 import sys
 import time
 
-from jaxsrl.bench import machine, report
+from jaxsrl.bench import machine, report, report_render
 from jaxsrl.bench.rungs import RUNGS, Options, actor_layout, run_ladder
 from jaxsrl.core.paths import REPO_ROOT
 from jaxsrl.experiment.config import load_config, to_dict
@@ -60,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--e2e_s", type=float, default=None, help="measured seconds of rung 5")
     p.add_argument("--from_json", default="",
                    help="measure nothing: re-render --out_md (and the console table) from "
-                        "this JSON report, e.g. after editing jaxsrl/bench/report.py")
+                        "this JSON report, e.g. after editing jaxsrl/bench/report_render.py")
     p.add_argument("--workdir", default="",
                    help="keep the end-to-end runs' logdirs here (default: a temporary folder)")
     return p
@@ -119,9 +119,9 @@ def rerender(json_path: str, md_path: str) -> int:
     for key in ("table", "bottleneck", "targets", "memory", "scaling"):
         result.pop(key, None)
     report.finalize(result)
-    report.write(result, json_path if os.path.abspath(json_path) != os.devnull else None,
+    report_render.write(result, json_path if os.path.abspath(json_path) != os.devnull else None,
                  md_path or None)
-    print(report.render_console(result))
+    print(report_render.render_console(result))
     return 0
 
 
@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             "cores: other work shared the CPU, so rates are lower and latencies higher than "
             "on an idle machine.")
     report.finalize(result)
-    report.write(result, out_json or None, out_md or None)
-    print(report.render_console(result), flush=True)
+    report_render.write(result, out_json or None, out_md or None)
+    print(report_render.render_console(result), flush=True)
     for path in (out_json, out_md):
         if path:
             print(f"[bench] wrote {path}", flush=True)

@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 import orbax.checkpoint as ocp
 
 log = logging.getLogger("jaxsrl.experiment.checkpoint")
+#: Orbax 0.12 corrupts checkpoints (``FileNotFoundError`` in ``<step>.orbax-checkpoint-tmp``,
+#: unfinalised folders) when two threads start saves at once, even of different managers
+#: in different folders (several trainers asked for a checkpoint together); saves started
+#: one after the other, from any thread, are fine, their background writes overlapping.
+_SAVE_LOCK = threading.Lock()
 
 
 class Checkpointer:
@@ -35,7 +41,8 @@ class Checkpointer:
             self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
 
     def save(self, step: int, state: Any, meta: dict, extra: dict | None = None) -> None:
-        """Save ``state`` (a pytree of arrays) and ``meta`` (JSON counters) as ``step``.
+        """Save ``state`` (a pytree of arrays) and ``meta`` (JSON counters) as ``step``
+        (asynchronously; one save starts at a time in this process, see ``_SAVE_LOCK``).
 
         ``extra`` maps further item names (identifiers other than ``state`` and ``meta``)
         to pytrees of arrays saved beside them, e.g. an off-policy learner's replay
@@ -50,7 +57,8 @@ class Checkpointer:
                 raise ValueError(f"extra checkpoint item {name!r} must be an identifier other "
                                  "than 'state' and 'meta'")
             items[name] = ocp.args.StandardSave(tree)
-        self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+        with _SAVE_LOCK:
+            self.manager.save(step, args=ocp.args.Composite(**items), force=True)
 
     def has_item(self, step: int, name: str) -> bool:
         """Whether checkpoint ``step`` holds the extra item ``name`` (see :meth:`save`)."""

@@ -28,6 +28,7 @@ import tyro
 from agents import AGENTS, get_agent
 from jaxsrl.envs import check_env_name
 from jaxsrl.experiment import config_layers as layers
+from jaxsrl.experiment import population as population_lib
 from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
 from jaxsrl.streams.security import check_curve_available
 from jaxsrl.experiment.run_dir import RunDir
@@ -152,6 +153,12 @@ class RunConfig:
     files, then ``--env_kwargs.KEY=VALUE`` flags)."""
     dataflow: Annotated[Optional[dict], tyro.conf.Suppress] = None
     """Worker graph (``[dataflow]`` TOML table); default: see ``default_dataflow``."""
+    population: int = 0
+    """Population-based training over N >= 2 member policies of the agent, each with its
+    own actors (``--num_actors`` in all, at least one per member), inference server and
+    trainer; settings in the ``[pbt]`` table (0: no population; ``docs/population.md``)."""
+    pbt: population_lib.PBTSettings = dataclasses.field(default_factory=population_lib.PBTSettings)
+    """PBT settings of a ``--population`` run (``[pbt]`` table, ``--pbt.<field>`` flags)."""
 
     # -- derived values (one place) ----------------------------------------------------
     @property
@@ -173,8 +180,13 @@ class RunConfig:
         return getattr(self, self.agent_field or self.agent)
 
     def get_dataflow(self) -> Dataflow:
-        flow = (Dataflow.from_dict(self.dataflow) if self.dataflow
-                else default_dataflow(self.num_actors, self.inference_servers))
+        if self.population:
+            flow = population_lib.population_dataflow(self.population, self.num_actors,
+                                                      self.inference_servers)
+        elif self.dataflow:
+            flow = Dataflow.from_dict(self.dataflow)
+        else:
+            flow = default_dataflow(self.num_actors, self.inference_servers)
         flow.validate()
         return flow
 
@@ -234,6 +246,7 @@ class RunConfig:
             raise ValueError(f"inference_failover_s={self.inference_failover_s} must be below "
                              f"actor_timeout_s={self.actor_timeout_s} (an actor tries the next "
                              "server before it gives up)")
+        population_lib.check(self)
         flow = self.get_dataflow()
         for worker in flow.policy_workers:
             if worker.launch_prefix and not self.remote_inference:

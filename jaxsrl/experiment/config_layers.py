@@ -4,7 +4,8 @@
 ``configs/<agent>/<env>.toml`` (or, with ``--resume``, the run's ``config.json``), each
 ``--config`` file, then the flags. Each
 layer sets only the keys it names: run fields, the agent's ``[<agent>]`` table (field by
-field), ``[env_kwargs]`` (merged key by key) and ``[dataflow]`` (replaces the graph).
+field), tables of other dataclass-valued run fields such as ``[pbt]`` (field by field),
+``[env_kwargs]`` (merged key by key) and ``[dataflow]`` (replaces the graph).
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ def apply_table(cfg: Any, data: dict, path: str) -> Any:
             updates[agent_name] = dataclasses.replace(sub, **value)
         elif key == "env_kwargs" and isinstance(value, dict):
             updates[key] = {**(cfg.env_kwargs or {}), **value}
+        elif key in run_fields and isinstance(value, dict) \
+                and dataclasses.is_dataclass(getattr(cfg, key)):
+            updates[key] = _replace_fields(getattr(cfg, key), value, f"{path}: [{key}]")
         elif key in run_fields:
             updates[key] = value
         elif isinstance(value, dict):
@@ -74,6 +78,22 @@ def apply_table(cfg: Any, data: dict, path: str) -> Any:
         else:
             raise ValueError(f"{path}: unknown config key {key!r}")
     return dataclasses.replace(cfg, **updates)
+
+
+def _replace_fields(sub: Any, value: dict, where: str) -> Any:
+    """The dataclass ``sub`` with the fields of table ``value`` set, field by field
+    (lists become tuples where the field's value is a tuple).
+
+    Raises:
+      ValueError: a key that is not a field of ``sub``, naming ``where``.
+    """
+    names = {f.name for f in dataclasses.fields(sub)}
+    bad = sorted(set(value) - names)
+    if bad:
+        raise ValueError(f"{where}: unknown keys {bad}; valid: {sorted(names)}")
+    value = {k: tuple(v) if isinstance(v, list) and isinstance(getattr(sub, k), tuple) else v
+             for k, v in value.items()}
+    return dataclasses.replace(sub, **value)
 
 
 def split_env_kwargs_flags(args: Sequence[str]) -> tuple[list[str], dict]:

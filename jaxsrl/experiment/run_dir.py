@@ -7,6 +7,8 @@ Layout (:class:`RunDir`)::
     LOGDIR/checkpoints/<policy>/<step>/   Orbax checkpoints of each policy
     LOGDIR/errors/<worker>.txt            a failed worker process's error
     LOGDIR/eval/v<version>.json           periodic evaluations (``--eval_every``)
+    LOGDIR/population/                    a ``--population`` run's events.jsonl (every
+                                          exploit/explore), lineage.json, state.json
     LOGDIR/events.out.tfevents.*          TensorBoard; LOGDIR/wandb_run_id: the W&B run
     LOGDIR/.jaxsrl.lock                   held while a run uses the folder
 
@@ -70,6 +72,15 @@ class RunDir:
     def eval_file(self, version: int) -> str:
         """Summary of the periodic evaluation of policy version ``version``."""
         return os.path.join(self.eval_path, f"v{int(version)}.json")
+
+    @property
+    def population_path(self) -> str:
+        """Folder of a population run's manager files (``jaxsrl/workers/population``)."""
+        return os.path.join(self.path, "population")
+
+    def population_file(self, name: str) -> str:
+        """``population/<name>``: ``events.jsonl``, ``lineage.json`` or ``state.json``."""
+        return os.path.join(self.population_path, name)
 
     @property
     def wandb_id_path(self) -> str:

@@ -76,6 +76,7 @@ class Run:
       writer, evaluator, auth, keys: metrics sink, periodic evaluation, CURVE
         authenticator and keys (``None`` until made / when not used).
       seed_base: environment seed of the first actor runs.
+      population: a ``--population`` run's :class:`~jaxsrl.launch.population.Population`.
     """
 
     cfg: Any
@@ -96,6 +97,7 @@ class Run:
     checkpointers: list = dataclasses.field(default_factory=list)
     writer: MetricsWriter | None = None
     evaluator: PeriodicEvaluator | None = None
+    population: Any = None
     auth: Any = None
     keys: Any = None
     seed_base: int = 0

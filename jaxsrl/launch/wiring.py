@@ -28,6 +28,7 @@ from jaxsrl.experiment.metrics import MetricsWriter, PolicyMetrics
 from jaxsrl.launch import serial
 from jaxsrl.launch.control import Run
 from jaxsrl.launch.periodic_eval import PeriodicEvaluator
+from jaxsrl.launch.population import Population
 from jaxsrl.launch.processes import ChildProcess, local_spawner
 from jaxsrl.launch.remote_inference import RemoteInferenceServers
 from jaxsrl.launch.supervision import ComponentDied
@@ -175,9 +176,13 @@ def start(run: Run, setup: AgentSetup) -> None:
     num_remote = sum(p.count for p in flow.policy_workers) if cfg.remote_inference else 0
     run.keys = security.CurveKeys.generate(range(num_actors + num_remote)) if cfg.curve else None
     run.auth = security.start_authenticator(run.context, run.keys.allowed()) if run.keys else None
+    run.population = Population.of_run(cfg, run.logdir, run.metrics)  # None without --population
     _build_trainers(run, setup)
     remote = _build_servers(run, setup)
+    manager = (run.population.manager({t.policy: t for t in run.trainers.values()})
+               if run.population else None)  # PBT over the members' trainers (before they start)
     run.workers = ([WorkerThread(t, Kind.TRAINER) for t in run.trainers.values()]
+                   + ([WorkerThread(manager, Kind.WATCH)] if manager else [])
                    + [WorkerThread(s, Kind.SERVER) for s in run.servers.values()]
                    + ([WorkerThread(remote, Kind.REMOTE_SERVERS)] if remote else [])
                    + [WorkerThread(w, Kind.WATCH) for w in run.placement.watchers()])
@@ -222,7 +227,8 @@ def _build_trainers(run: Run, setup: AgentSetup) -> None:
             t.name, t.policy, replay_setup.jit_learn(fns, placement), placement.put_batch,
             state, rng, version, setup.spec.observation_space, setup.spec.action_space,
             cfg.segment_length, cfg.batch_segments // placement.processes, run.store,
-            PolicyMetrics(run.metrics, t.policy) if len(flow.trainers) > 1 else run.metrics,
+            (run.population.metrics_for(t.policy) if run.population else
+             PolicyMetrics(run.metrics, t.policy) if len(flow.trainers) > 1 else run.metrics),
             ckpt, cfg.max_staleness, run.bind_host, setup.fns.initial_carry, actors=run.table,
             max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=run.context,
             curve=_server_keys(run), before_update=placement.gate(t.policy, run.metrics),

@@ -261,9 +261,24 @@ def apply(event: Event, states: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"pbt.apply: {unknown} are not in the learner state's hyper "
                          f"(has {sorted(hyper)})")
-    copied = jax.tree.map(_copy_leaf, src)
-    new_hyper = {k: _scalar_like(v, event.after[k]) if k in event.after else v
-                 for k, v in copied.hyper.items()}
-    replaced = (copied._replace(hyper=new_hyper) if hasattr(copied, "_replace")
-                else dataclasses.replace(copied, hyper=new_hyper))
-    return {**states, event.member: replaced}
+    return {**states, event.member: with_hyper(jax.tree.map(_copy_leaf, src), event.after)}
+
+
+def with_hyper(state: Any, values: Mapping[str, float]) -> Any:
+    """``state`` with ``state.hyper[name]`` set to ``values[name]``, each as an array of
+    the old one's shape, dtype and placement (so a compiled ``learn`` takes it); the
+    other leaves are shared with ``state``.
+
+    Raises:
+      ValueError: a state without a ``hyper`` dict, or a name it lacks.
+    """
+    hyper = getattr(state, "hyper", None)
+    if not isinstance(hyper, Mapping):
+        raise ValueError(f"pbt: the state has no hyper dict (got {type(hyper).__name__}); "
+                         "the agent declares no hyperparameters")
+    unknown = sorted(set(values) - set(hyper))
+    if unknown:
+        raise ValueError(f"pbt: {unknown} are not in the learner state's hyper (has {sorted(hyper)})")
+    new_hyper = {k: _scalar_like(v, values[k]) if k in values else v for k, v in hyper.items()}
+    return (state._replace(hyper=new_hyper) if hasattr(state, "_replace")
+            else dataclasses.replace(state, hyper=new_hyper))

@@ -12,13 +12,17 @@ for. When the runs report episode statistics
 Runs with the same label (default: the agent name from ``config.json``) form a group
 drawn in one colour: each run as a thin line and, with two or more runs, their mean
 (bold) and +-1 std (shaded), or with ``band="median"`` their median (bold) and min-max
-range (shaded), on the x range all of them cover. Used by :mod:`jaxsrl.cli.plot` (``scripts/plot.py``).
+range (shaded), on the x range all of them cover. Population runs (``--population``,
+``population/<quantity>/<member>`` keys) get a third figure ``<out stem>_population.png``:
+each member's return and hyperparameter trajectories, exploit events marked. Used by
+:mod:`jaxsrl.cli.plot` (``scripts/plot.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 import math
 import os
 from typing import Sequence
@@ -30,6 +34,7 @@ from matplotlib.figure import Figure  # headless: no pyplot, no display
 from jaxsrl.experiment.run_dir import RunDir
 
 RETURN_KEY = "episode_return_mean"
+POPULATION_PREFIX = "population/"
 
 
 @dataclasses.dataclass
@@ -294,6 +299,9 @@ def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = N
     written = [_figure(panels, runs, smoothing, out,
                        f"{names}: {len(runs)} run(s)", cols=2 if len(panels) <= 4 else 3,
                        references=references, time_references=time_references, band=band)]
+    if population_quantities(runs):
+        root, ext = os.path.splitext(out)
+        written.append(population_figure(runs, smoothing, f"{root}_population{ext or '.png'}"))
     stat_keys = episode_stat_keys(runs, stats) if episode_stats else []
     if stat_keys:
         root, ext = os.path.splitext(out)
@@ -301,3 +309,75 @@ def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = N
         written.append(_figure([(k, "env_steps") for k in stat_keys], runs, smoothing, path,
                                f"{names}: episode statistics", cols=4, band=band))
     return written
+
+
+def population_quantities(runs: list) -> dict:
+    """``{quantity: [members]}`` of the runs' ``population/<quantity>/<member>`` keys
+    (``return`` first, then the hyperparameters; the per-round ``fitness`` left out)."""
+    found: dict = {}
+    for key in sorted(set().union(*(run.keys() for run in runs)) if runs else ()):
+        parts = key.split("/")
+        if len(parts) == 3 and key.startswith(POPULATION_PREFIX) and parts[1] != "fitness":
+            found.setdefault(parts[1], []).append(parts[2])
+    return dict(sorted(found.items(), key=lambda kv: (kv[0] != "return", kv[0])))
+
+
+def population_events(logdir: str) -> list:
+    """The exploit-and-explore records of ``LOGDIR/population/events.jsonl`` (``[]``
+    without one; see ``jaxsrl/workers/population/store.py``)."""
+    path = RunDir(logdir).population_file("events.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def population_figure(runs: list, smoothing: float, path: str) -> str:
+    """One panel per population quantity (return, then each hyperparameter): every
+    member of every population run (others are left out) as a line (colour: member; line style: run), each exploit
+    event marked (x) at its env steps on the member's hyperparameter panels, at the new
+    value. Spread-out positive hyperparameters get a log axis."""
+    from matplotlib import colormaps  # noqa: PLC0415
+    from matplotlib.figure import Figure  # noqa: PLC0415
+    runs = [run for run in runs if any(k.startswith(POPULATION_PREFIX) for k in run.keys())]
+    quantities = population_quantities(runs)
+    members = sorted({m for ms in quantities.values() for m in ms})
+    colors = {m: colormaps["tab10"](i % 10) for i, m in enumerate(members)}
+    styles = ["-", "--", ":", "-."]
+    cols = min(3, len(quantities))
+    rows = math.ceil(len(quantities) / cols)
+    fig = Figure(figsize=(4.6 * cols, 3.3 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax, (quantity, names) in zip(axes, quantities.items()):
+        values = []
+        for r, run in enumerate(runs):
+            for m in names:
+                xs, ys = run.series(f"{POPULATION_PREFIX}{quantity}/{m}")
+                if len(xs):
+                    ax.plot(xs, smooth(ys, smoothing) if quantity == "return" else ys,
+                            color=colors[m], ls=styles[r % len(styles)], lw=1.2,
+                            label=m if r == 0 else None)
+                    values.extend(ys)
+            if len(runs) > 1:  # one legend entry per run: its line style
+                ax.plot([], [], color="gray", ls=styles[r % len(styles)], label=run.label)
+            if quantity == "return":
+                continue
+            for e in population_events(run.logdir):
+                if quantity in e.get("after", {}) and e.get("member") in colors:
+                    ax.plot([e["env_steps"]], [e["after"][quantity]], "x", ms=6,
+                            color=colors[e["member"]])
+                    values.append(e["after"][quantity])
+        if quantity != "return" and values and min(values) > 0 and max(values) / min(values) > 20:
+            ax.set_yscale("log")
+        ax.set_title("episode return per member" if quantity == "return"
+                     else f"{quantity} per member (x: exploit)", fontsize=9)
+        ax.set_xlabel("environment steps", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(quantities):]:
+        ax.set_visible(False)
+    axes[0].legend(fontsize=7, loc="best")
+    fig.suptitle(f"population: {', '.join(sorted({r.label for r in runs}))}", fontsize=10)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path

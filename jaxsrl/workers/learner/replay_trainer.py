@@ -181,15 +181,7 @@ class ReplayTrainer(TrainerWorker):
         self.metrics.add_means(values)
 
     # -- checkpoints ----------------------------------------------------------------------
-    def save_checkpoint(self) -> None:
-        """Save state, RNG and counters now, with ``save_replay`` also the replay."""
-        self.checkpoint_requested.clear()
-        if self.checkpointer is None or self.checkpointer.latest_step() == self.version:
-            return
-        tree = {"agent": self.state, "rng": self.rng}
-        meta = {"policy_version": self.version, **self.extra_meta,
-                "env_steps": self.metrics.env_steps, "replay_saved": self.save_replay}
-        if self.save_replay:
-            self.checkpointer.save(self.version, tree, meta, {REPLAY_ITEM: self.feed.state_dict()})
-        else:
-            self.checkpointer.save(self.version, tree, meta)
+    def _checkpoint_extra(self, meta: dict) -> dict:
+        """With ``save_replay`` the replay contents (and ``replay_saved`` in ``meta``)."""
+        meta["replay_saved"] = self.save_replay
+        return {REPLAY_ITEM: self.feed.state_dict()} if self.save_replay else {}

@@ -25,6 +25,14 @@ Faults it guards against (each counted in the run metrics):
   naming it);
 * an update whose new learner state holds NaN or Inf is discarded: the previous
   state is kept, nothing is published (``nonfinite_updates_skipped``).
+
+Other threads (the population manager) act on the learner state only through
+:meth:`TrainerWorker.run_between_updates` (and :meth:`~TrainerWorker.snapshot`,
+:meth:`~TrainerWorker.request_replace` built on it): the trainer's own thread runs
+the request between two updates, so nothing touches the state while ``learn`` runs.
+A replaced state is published as a new policy version; samples with actions of the
+parameters it replaced are dropped (``replaced_rows_dropped``,
+``replaced_segments_dropped``): they were chosen by another policy.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.segment import segment_schema, to_trajectory
 from jaxsrl.streams.sockets import bind, open_socket
+from jaxsrl.workers.learner.requests import LearnerRequests, RequestQueue, check_same_layout
 
 log = logging.getLogger("jaxsrl.trainer")
 #: episode statistics keys the trainer accepts per run (a bound on metric names).
@@ -67,7 +76,7 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
-class TrainerWorker(Worker):
+class TrainerWorker(LearnerRequests, Worker):
     """Learner thread of one policy (lifecycle: :class:`~jaxsrl.core.worker.Worker`).
 
     Metrics per update: the agent's ``learn`` metrics, ``staleness_mean``/``_max`` and
@@ -159,6 +168,8 @@ class TrainerWorker(Worker):
         self.checkpoint_requested = threading.Event()
         self._drop_log = DropLog(log, "segment")
         self.extra_meta: dict = {}  # run counters saved with checkpoints (set by the launcher)
+        self._requests = RequestQueue(name)  # run between updates (run_between_updates)
+        self._min_version = 0  # actions older than this came from replaced parameters
         store.publish(policy, version, state.params)
         metrics.set_version(policy, version)
 
@@ -190,11 +201,25 @@ class TrainerWorker(Worker):
             self._waiting_since = time.perf_counter()
             while not self.stop.is_set():
                 self.beat()
+                self._requests.serve()
                 if self.checkpoint_requested.is_set():
                     self.save_checkpoint()
                 self._turn(sock)
         finally:
             sock.close()
+            self._requests.close()
+
+    def _replace_state(self, state: Any) -> int:
+        check_same_layout(self.state, state, f"{self.name}: request_replace")
+        self.state = state
+        self.version += 1
+        self._min_version = self.version
+        if self._pending_rows:
+            self.metrics.count("replaced_rows_dropped", self._pending_rows)
+        self._pending, self._pending_rows = [], 0
+        self.store.publish(self.policy, self.version, self.state.params)
+        self.metrics.set_version(self.policy, self.version)
+        return self.version
 
     def _turn(self, sock: zmq.Socket) -> None:
         """One turn of the learner loop: take a segment if one comes within 100 ms, then
@@ -207,6 +232,7 @@ class TrainerWorker(Worker):
                     self.stop.set()
                     break
                 self._update()
+                self._requests.serve()
 
     def _validate(self, frames: list) -> wire.Message:
         """Decode and check one message; raises ``WireError`` (or ``StaleRunError``)."""
@@ -287,6 +313,9 @@ class TrainerWorker(Worker):
                                     if type(timing.get(k)) is float and math.isfinite(timing[k])},
                                    prefix="actor/")
         oldest = int(msg.arrays["version"].min())
+        if oldest < self._min_version:  # acted by parameters that request_replace replaced
+            self.metrics.count("replaced_segments_dropped")
+            return
         if self.max_staleness and self.version - oldest > self.max_staleness:
             self.metrics.count("stale_segments_dropped")
             return
@@ -349,11 +378,18 @@ class TrainerWorker(Worker):
         self._waiting_since = time.perf_counter()
 
     def save_checkpoint(self) -> None:
-        """Save state, RNG and counters now (called between updates)."""
+        """Save state, RNG and counters now (called between updates), with the items of
+        :meth:`_checkpoint_extra` beside them."""
         self.checkpoint_requested.clear()
         if self.checkpointer is None or self.checkpointer.latest_step() == self.version:
             return
         tree = {"agent": self.state, "rng": self.rng}
         meta = {"policy_version": self.version, **self.extra_meta,
                 "env_steps": self.metrics.env_steps}
-        self.checkpointer.save(self.version, tree, meta)
+        extra = self._checkpoint_extra(meta)
+        self.checkpointer.save(self.version, tree, meta, *([extra] if extra else []))
+
+    def _checkpoint_extra(self, meta: dict) -> dict:
+        """Further checkpoint items (name -> pytree) and counters added to ``meta``:
+        none here (off-policy learners add their replay)."""
+        return {}

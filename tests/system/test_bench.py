@@ -1,0 +1,107 @@
+"""The benchmark ladder runs in quick mode and writes a well-formed report (no timing checks)."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import psutil
+
+from jaxsrl.bench import report, report_render
+from jaxsrl.cli import bench as cli
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=4", "--segment_length=8",
+        "--batch_segments=4", "--ppo.hidden_sizes", "16", "16"]
+RUNG_KEYS = {
+    "raw_env": {"env_steps_per_s", "env_steps_per_s_per_process", "peak_rss_mib"},
+    "transport": {"round_trips_per_s", "mb_per_s", "request_bytes", "latency_us_p99"},
+    "learner": {"samples_per_s", "samples_per_s_per_device", "update_ms_p50"},
+    "end_to_end": {"env_steps_per_s", "updates_per_s", "memory"},
+    "replay": {"uniform", "prioritised"},
+}
+
+
+def test_quick_bench_writes_a_well_formed_report(tmp_path):
+    out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", "bench.py"), "--quick", *TINY,
+         f"--out_json={out_json}", f"--out_md={out_md}", f"--workdir={tmp_path / 'runs'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out_json.read_text())
+
+    assert {"cores", "devices", "python", "jax", "date", "command", "load_average_start",
+            "load_average_end"} <= set(result["machine"])
+    assert "--quick" in result["machine"]["command"]
+    assert result["layout"]["env"] == "CartPole-v1" and result["layout"]["num_actors"] == 1
+    rungs = result["rungs"]
+    for name, keys in RUNG_KEYS.items():
+        assert "error" not in rungs[name], rungs[name]
+        assert keys <= set(rungs[name]), (name, rungs[name])
+    (inference,) = rungs["inference"]  # quick: the layout's actor count only
+    assert "error" not in inference, inference
+    assert {"env_steps_per_s", "batch_rows_mean", "latency_ms_p50", "latency_ms_p99"} <= set(inference)
+    (point,) = rungs["scaling"]
+    assert point["num_actors"] == 1 and point["env_steps_per_s"] > 0
+
+    assert [r["rung"] for r in result["table"]] == [
+        "1. raw environment", "2. transport", "3. inference", "4. learner only",
+        "5. end to end", "6. scaling", "7. replay buffer", "7. replay buffer"]
+    assert {"insert_items_per_s", "sample_items_per_s"} <= set(rungs["replay"]["uniform"])
+    assert "learn_cycle_items_per_s" in rungs["replay"]["prioritised"]
+    assert all({"rung", "what", "value", "ceiling_fps", "detail"} <= set(r) for r in result["table"])
+    assert result["bottleneck"]["rung"] in {"raw_env", "transport", "inference", "learner"}
+    assert [t["name"] for t in result["targets"]] == [
+        "end-to-end env frames/s", "inference server p99 latency, 4 actors", "actor process peak RSS"]
+    assert {"accelerator", "actor", "raw_env"} <= set(result["memory"])
+
+    md = out_md.read_text()
+    for heading in ("# Benchmarks", "## Machine", "## Ladder", "## Bottleneck", "## Targets",
+                    "## Scaling", "## Peak memory", "## How each rung is measured"):
+        assert heading in md
+    assert "| rung | what | measured |" in md and result["machine"]["command"] in md
+    # The Markdown is a pure function of the JSON: re-rendering gives the same page.
+    again = tmp_path / "again.md"
+    assert cli.main(["--from_json", str(out_json), f"--out_md={again}"]) == 0
+    assert again.read_text() == md
+    assert psutil.Process().children(recursive=True) == []
+
+
+def test_report_renders_failed_and_missing_rungs():
+    result = {
+        "quick": True, "wall_s": 1.0, "notes": [],
+        "machine": {"cores": 2, "devices": ["cpu:0"], "command": "python scripts/bench.py",
+                    "load_average_start": [0.1, 0.1, 0.1]},
+        "layout": {"env": "CartPole-v1", "agent": "ppo", "num_actors": 2, "envs_per_actor": 32,
+                   "ring_size": 2, "segment_length": 32, "batch_segments": 64},
+        "rungs": {"raw_env": {"error": "ValueError: unknown environment"},
+                  "inference": [{"actors": 2, "error": "RuntimeError: boom"}],
+                  "scaling": [{"num_actors": 1, "error": "TimeoutError: slow"}]},
+    }
+    done = report.finalize(copy.deepcopy(result))
+    md = report_render.render_markdown(done)
+    assert "failed: ValueError: unknown environment" in md
+    assert all(t["met"] is None for t in done["targets"])
+    assert done["bottleneck"]["rung"] is None
+    json.dumps(done)  # plain data
+    other = copy.deepcopy(result)
+    other["layout"]["env"] = "hide_and_seek"  # no targets for other environments (yet)
+    assert report.finalize(other)["targets"] == []
+
+
+def test_unknown_environment_is_a_clean_error(capsys):
+    assert cli.main(["--env=NoSuchEnv-v0", "--out_json=", "--out_md="]) == 2
+    assert "NoSuchEnv-v0" in capsys.readouterr().err
+
+
+def test_quick_runs_write_into_docs_only_when_asked(tmp_path):
+    docs = os.path.join(REPO, "docs")
+    quick = cli.parser().parse_args(["--quick"])
+    assert cli.report_paths(quick) == ("", "")  # the tracked report is left alone
+    full = cli.parser().parse_args([])
+    assert cli.report_paths(full) == (os.path.join(docs, "benchmarks.json"),
+                                      os.path.join(docs, "benchmarks.md"))
+    asked = cli.parser().parse_args(["--quick", f"--out_md={tmp_path / 'q.md'}"])
+    assert cli.report_paths(asked) == ("", str(tmp_path / "q.md"))
