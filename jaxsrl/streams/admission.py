@@ -7,8 +7,9 @@
   dropped, so a restarted actor's half-finished state is never mixed with its new
   one) and record the time of each valid one (the launcher's hang detection).
 * :class:`DropLog` — rate-limited "dropped a malformed message" warnings, so a flood of
-  hostile messages cannot flood the log (every drop is still counted in metrics); the
-  expected drops of a restarted actor's previous run are logged as such, not as malformed.
+  hostile messages cannot flood the log (every drop is still counted in metrics, and the
+  latest ones are kept as :class:`Drop` records); the expected drops of a restarted
+  actor's previous run are logged as such, not as malformed.
 * :func:`nonfinite_arrays` — names of float arrays holding NaN or Inf.
 
 This module imports no JAX.
@@ -16,10 +17,11 @@ This module imports no JAX.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
@@ -91,29 +93,56 @@ class ActorTable:
             return self._seen.get(actor_id)
 
 
+class Drop(NamedTuple):
+    """One dropped input, as :class:`DropLog` keeps it.
+
+    Attributes:
+      worker: the server's name.
+      what: the kind of input (``"request"``, ``"segment"``, ...).
+      reason: why it was dropped (the checker's one-line message).
+      stale: it came from an actor's previous run (expected after a restart).
+    """
+
+    worker: str
+    what: str
+    reason: str
+    stale: bool
+
+
 class DropLog:
     """Warn about dropped messages, at most ``per_second`` lines a second per worker.
 
-    Suppressed drops are summarised in the next line that gets through.
+    Suppressed drops are summarised in the next line that gets through. Every drop,
+    logged or not, is also kept as a :class:`Drop` record: the latest ``keep`` of them
+    are returned by :meth:`recent` (for tests and debugging; counts live in metrics).
     """
 
-    def __init__(self, logger: logging.Logger, what: str, per_second: float = 5.0):
+    def __init__(self, logger: logging.Logger, what: str, per_second: float = 5.0,
+                 keep: int = 64):
         self._log, self._what = logger, what
         self._interval = 1.0 / per_second
         self._next = 0.0
         self._suppressed = 0
         self._lock = threading.Lock()
+        self._recent: collections.deque = collections.deque(maxlen=keep)
+
+    def recent(self) -> list[Drop]:
+        """The latest drops (at most ``keep``), oldest first."""
+        with self._lock:
+            return list(self._recent)
 
     def __call__(self, worker: str, reason: object) -> None:
         now = time.monotonic()
+        stale = isinstance(reason, StaleRunError)
         with self._lock:
+            self._recent.append(Drop(worker, self._what, str(reason), stale))
             if now < self._next:
                 self._suppressed += 1
                 return
             self._next = now + self._interval
             suppressed, self._suppressed = self._suppressed, 0
         more = f" ({suppressed} more dropped since the last such line)" if suppressed else ""
-        if isinstance(reason, StaleRunError):  # expected for a moment after an actor restart
+        if stale:  # expected for a moment after an actor restart
             self._log.info("%s: dropped a %s of an actor's previous run (expected after a "
                            "restart): %s%s", worker, self._what, reason, more)
             return

@@ -1,10 +1,11 @@
 """Hostile or broken messages on both listening ports (the policy worker's ROUTER and
-the trainer's PULL): each is dropped with a logged reason and counted, the server keeps
-serving, and a valid message afterwards is still answered / learned from."""
+the trainer's PULL): each is dropped, counted and recorded with its reason (the
+workers' public ``drops.recent()`` records; the rate-limited log line is written from
+the same call), the server keeps serving, and a valid message afterwards is still
+answered / learned from."""
 
 from __future__ import annotations
 
-import logging
 import re
 
 import msgpack
@@ -13,7 +14,6 @@ import pytest
 import zmq
 
 from jaxsrl.streams import wire
-from jaxsrl.streams.admission import DropLog
 from test_faults_helpers import (MAX_ROWS, T, Servers, ask, client, request, segment,
                                  segment_arrays, wait_counter, wait_for)
 
@@ -25,11 +25,11 @@ def servers():
     s.close()
 
 
-@pytest.fixture(autouse=True)
-def fresh_drop_logs(servers):
-    """A fresh rate limiter per test, so each test's one drop is logged."""
-    servers.policy._drop_log = DropLog(logging.getLogger("jaxsrl.policy"), "request")
-    servers.trainer._drop_log = DropLog(logging.getLogger("jaxsrl.trainer"), "segment")
+def _last_drop(worker, what: str, stale: bool = False):
+    """The worker's latest drop record, checked to be of kind ``what``."""
+    drop = worker.drops.recent()[-1]
+    assert (drop.worker, drop.what, drop.stale) == (worker.name, what, stale), drop
+    return drop
 
 
 def _header(kind, specs, meta=None):
@@ -69,26 +69,26 @@ BAD_REQUESTS = {
 
 
 @pytest.mark.parametrize("name", list(BAD_REQUESTS))
-def test_bad_request_is_dropped_logged_and_server_keeps_serving(servers, caplog, name):
+def test_bad_request_is_dropped_recorded_and_server_keeps_serving(servers, name):
     frames, reason = BAD_REQUESTS[name]
     sock = client(servers.policy.address)
     before = servers.counter("dropped_requests")
     sock.send_multipart([bytes(f) for f in frames])
     wait_counter(servers, "dropped_requests", before + 1)
-    assert "test-policy: dropped a malformed request: " in caplog.text
-    assert re.search(reason, caplog.text), caplog.text
+    drop = _last_drop(servers.policy, "request")
+    assert re.search(reason, drop.reason), drop.reason
     reply = ask(sock, request(OBS, group=5), group=5)  # a valid request is still answered
     np.testing.assert_array_equal(reply.arrays["action"], [0, 1, 2])
     sock.close()
 
 
-def test_request_of_a_previous_run_is_dropped(servers, caplog):
-    caplog.set_level(logging.INFO)  # expected drops after a restart are logged at INFO
+def test_request_of_a_previous_run_is_dropped(servers):
     sock = client(servers.policy.address)
     before = servers.counter("stale_run_requests_dropped")
     sock.send_multipart(request(run=7))
     wait_counter(servers, "stale_run_requests_dropped", before + 1)
-    assert "run id 7 of actor 0 is not its current run 1" in caplog.text
+    drop = _last_drop(servers.policy, "request", stale=True)
+    assert "run id 7 of actor 0 is not its current run 1" in drop.reason
     assert ask(sock, request(group=3), group=3).kind == "action"
     sock.close()
 
@@ -137,7 +137,7 @@ def _learns(servers, sock):
 
 
 @pytest.mark.parametrize("name", list(BAD_SEGMENTS))
-def test_bad_segment_is_dropped_logged_and_learner_keeps_learning(servers, caplog, name):
+def test_bad_segment_is_dropped_recorded_and_learner_keeps_learning(servers, name):
     frames, reason = BAD_SEGMENTS[name]
     sock = client(servers.trainer.address, zmq.PUSH)
     before = servers.counter("dropped_segments")
@@ -145,19 +145,19 @@ def test_bad_segment_is_dropped_logged_and_learner_keeps_learning(servers, caplo
     sock.send_multipart([bytes(f) for f in frames])
     wait_counter(servers, "dropped_segments", before + 1)
     assert servers.metrics.env_steps == steps  # nothing of it was counted
-    assert "test-trainer: dropped a malformed segment: " in caplog.text
-    assert re.search(reason, caplog.text), caplog.text
+    drop = _last_drop(servers.trainer, "segment")
+    assert re.search(reason, drop.reason), drop.reason
     _learns(servers, sock)
     sock.close()
 
 
-def test_segment_of_a_previous_run_is_dropped(servers, caplog):
-    caplog.set_level(logging.INFO)  # expected drops after a restart are logged at INFO
+def test_segment_of_a_previous_run_is_dropped(servers):
     sock = client(servers.trainer.address, zmq.PUSH)
     before = servers.counter("stale_run_segments_dropped")
     sock.send_multipart(segment(actor=1, run=1))  # actor 1 is on run 2
     wait_counter(servers, "stale_run_segments_dropped", before + 1)
-    assert "run id 1 of actor 1 is not its current run 2" in caplog.text
+    drop = _last_drop(servers.trainer, "segment", stale=True)
+    assert "run id 1 of actor 1 is not its current run 2" in drop.reason
     servers.table.register(1, 3)  # actor 1 restarts: run 2 is now stale too
     sock.send_multipart(segment(actor=1, run=2))
     wait_counter(servers, "stale_run_segments_dropped", before + 2)
@@ -171,8 +171,9 @@ def test_hostile_episode_statistics_cannot_grow_metric_names(servers):
         episodes = [{f"stat{i}_{j}": 1.0 for j in range(30)} | {"return": float("nan"), "team": 5}]
         sock.send_multipart(segment(rows=2, episodes=episodes, timing={f"k{i}": 1.0}))
     _learns(servers, sock)
-    from jaxsrl.workers.learner.trainer import MAX_EPISODE_KEYS
-    assert len(servers.trainer._episode_keys) <= MAX_EPISODE_KEYS
+    from jaxsrl.workers.learner.episodes import MAX_EPISODE_KEYS
+    episode_keys = {k for k in servers.metrics.snapshot(1.0) if k.startswith("episode/")}
+    assert 0 < len(episode_keys) <= MAX_EPISODE_KEYS
     record = servers.metrics.snapshot(1.0)
     assert not any(k.startswith("actor/k") for k in record)  # unknown timing keys ignored
     assert all(np.isfinite(v) for v in record.values() if isinstance(v, float))

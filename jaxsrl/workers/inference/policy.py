@@ -81,6 +81,10 @@ class PolicyWorker(Worker):
       curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
       port: TCP port to bind (0: a free one; a restarted remote server asks for its
         previous port, so actors' addresses stay valid).
+
+    Attributes:
+      drops: the :class:`~jaxsrl.streams.admission.DropLog` of refused requests (its
+        ``recent()`` records say why each was dropped).
     """
 
     def __init__(self, name: str, policy: str, act: Callable, initial_carry: Callable,
@@ -100,7 +104,7 @@ class PolicyWorker(Worker):
         self.max_rows = self.buckets[-1]
         self.host, self.deadline_s = host, deadline_ms / 1000.0
         self._rng = jax.random.PRNGKey(seed)
-        self._drop_log = DropLog(log, "request")
+        self.drops = DropLog(log, "request")
         # Largest valid request: max_rows rows of every array (header aside).
         row_bytes = {k: int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
                      for k, s in self._schema.items()}
@@ -192,7 +196,7 @@ class PolicyWorker(Worker):
                         continue
                     identity, meta, arrays, n = parsed
                 except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
-                    drop_input(self._drop_log, self.name, exc, self.metrics, "dropped_requests",
+                    drop_input(self.drops, self.name, exc, self.metrics, "dropped_requests",
                                "stale_run_requests_dropped")
                     continue
                 if rows + n > self.max_rows:  # answer it in the next call

@@ -58,11 +58,10 @@ from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.segment import segment_schema, to_trajectory
 from jaxsrl.streams.sockets import bind, open_socket
+from jaxsrl.workers.learner.episodes import EpisodeFilter
 from jaxsrl.workers.learner.requests import LearnerRequests, RequestQueue, check_same_layout
 
 log = logging.getLogger("jaxsrl.trainer")
-#: episode statistics keys the trainer accepts per run (a bound on metric names).
-MAX_EPISODE_KEYS = 256
 _TIMING_KEYS = ("env_s", "wait_s")
 
 
@@ -112,6 +111,14 @@ class TrainerWorker(LearnerRequests, Worker):
       before_update: ``before_update(stop_event) -> bool``, called when a batch is ready,
         before each update; ``False`` skips it and stops the worker (multi-process
         learners: :class:`jaxsrl.parallel.distributed.Lockstep`).
+
+    Attributes:
+      drops: the :class:`~jaxsrl.streams.admission.DropLog` of refused segments (its
+        ``recent()`` records say why each was dropped).
+
+    Metrics also count ``segments_received`` (every message read off the sample socket,
+    valid or not) and the drops by cause (``dropped_segments``,
+    ``stale_run_segments_dropped``, ``nonfinite_segments_dropped``, ...).
     """
 
     #: The sample stream's queues, which bound the segments in flight (back-pressure):
@@ -158,7 +165,7 @@ class TrainerWorker(LearnerRequests, Worker):
             self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, max_rows * max(row_bytes.values()))
         self._float_names = [k for k in self._schema if not k.startswith("carry/")
                              and k not in ("action", "terminated", "truncated", "version", "valid")]
-        self._episode_keys: set = set()
+        self._episodes = EpisodeFilter()
         self._finite = jax.jit(_all_finite)
         self.store, self.metrics, self.checkpointer = store, metrics, checkpointer
         self.max_staleness, self.host = max_staleness, host
@@ -166,7 +173,7 @@ class TrainerWorker(LearnerRequests, Worker):
         self._pending_rows = 0
         self._waiting_since = time.perf_counter()  # for learner/batch_wait_ms
         self.checkpoint_requested = threading.Event()
-        self._drop_log = DropLog(log, "segment")
+        self.drops = DropLog(log, "segment")
         self.extra_meta: dict = {}  # run counters saved with checkpoints (set by the launcher)
         self._requests = RequestQueue(name)  # run between updates (run_between_updates)
         self._min_version = 0  # actions older than this came from replaced parameters
@@ -256,36 +263,17 @@ class TrainerWorker(LearnerRequests, Worker):
             self.actors.seen(actor)
         return msg
 
-    def _episodes(self, episodes: Any) -> list:
-        """Well-formed episode records of a segment (others are ignored)."""
-        if not isinstance(episodes, list):
-            return []
-        out = []
-        for episode in episodes[: 4096]:
-            if not isinstance(episode, dict):
-                continue
-            clean = {}
-            for key, value in episode.items():
-                if key == "team":
-                    if isinstance(value, str) and len(value) <= 64:
-                        clean[key] = value
-                    continue
-                if (type(value) not in (int, float) or not math.isfinite(value)
-                        or not isinstance(key, str) or len(key) > 128):
-                    continue
-                if key not in self._episode_keys:
-                    if len(self._episode_keys) >= MAX_EPISODE_KEYS:
-                        continue  # bounded metric names, whatever actors send
-                    self._episode_keys.add(key)
-                clean[key] = value
-            out.append(clean)
-        return out
+    @property
+    def pending_rows(self) -> int:
+        """Rows (segments) received and kept for the next batch, not yet learned from."""
+        return self._pending_rows
 
     def _receive(self, frames: list) -> None:
+        self.metrics.count("segments_received")
         try:
             msg = self._validate(frames)
         except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep learning)
-            drop_input(self._drop_log, self.name, exc, self.metrics, "dropped_segments",
+            drop_input(self.drops, self.name, exc, self.metrics, "dropped_segments",
                        "stale_run_segments_dropped")
             return
         meta = msg.meta
@@ -294,7 +282,7 @@ class TrainerWorker(LearnerRequests, Worker):
             reason = f"segment from actor {meta.get('actor')!r} holds NaN or Inf in {bad}"
             if self.on_nonfinite == "raise":
                 raise NonFiniteError(f"{self.name}: {reason} (on_nonfinite='raise')")
-            self._drop_log(self.name, reason)
+            self.drops(self.name, reason)
             self.metrics.count("nonfinite_segments_dropped")
             return
         self.metrics.add_env_steps(meta.get("env_steps", 0))
