@@ -19,6 +19,8 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
+from jaxsrl.experiment import events
+
 log = logging.getLogger("jaxsrl.experiment.checkpoint")
 #: Orbax 0.12 corrupts checkpoints (``FileNotFoundError`` in ``<step>.orbax-checkpoint-tmp``,
 #: unfinalised folders) when two threads start saves at once, even of different managers
@@ -109,13 +111,18 @@ class Checkpointer:
                 out = self._restore(like, candidate)
             except Exception as exc:  # noqa: BLE001  (any damage: try the previous one)
                 unreadable.append((candidate, _one_line(exc)))
-                log.warning("checkpoint %d in %s is unreadable (%s); trying an older one",
+                events.emit(log, logging.WARNING, "checkpoint_unreadable",
+                            {"directory": self.directory, "step": candidate, "error": _one_line(exc)},
+                            "checkpoint %d in %s is unreadable (%s); trying an older one",
                             candidate, self.directory, _one_line(exc))
                 continue
             if set_aside_unreadable and unreadable:
                 for bad, _ in unreadable:
                     target = self._set_aside(bad)
-                    log.warning("resuming from checkpoint %d: moved the unreadable checkpoint %d "
+                    events.emit(log, logging.WARNING, "checkpoint_set_aside",
+                                {"directory": self.directory, "step": bad, "restored": candidate,
+                                 "moved_to": target},
+                                "resuming from checkpoint %d: moved the unreadable checkpoint %d "
                                 "to %s", candidate, bad, target)
                 self.manager.reload()
             return out

@@ -4,6 +4,7 @@ Layout (:class:`RunDir`)::
 
     LOGDIR/config.json                    the resolved config, written at start
     LOGDIR/metrics.jsonl                  one JSON record per logging interval
+    LOGDIR/run_events.jsonl               faults, restarts, resumes (jaxsrl.experiment.events)
     LOGDIR/checkpoints/<policy>/<step>/   Orbax checkpoints of each policy
     LOGDIR/errors/<worker>.txt            a failed worker process's error
     LOGDIR/eval/v<version>.json           periodic evaluations (``--eval_every``)
@@ -30,6 +31,8 @@ import os
 import shutil
 
 import filelock
+
+from jaxsrl.experiment.events import EVENTS_NAME, read_events
 
 LOCK_NAME = ".jaxsrl.lock"
 CONFIG_NAME = "config.json"
@@ -59,6 +62,15 @@ class RunDir:
     @property
     def metrics_path(self) -> str:
         return os.path.join(self.path, METRICS_NAME)
+
+    @property
+    def events_path(self) -> str:
+        """The run's structured events (:mod:`jaxsrl.experiment.events`)."""
+        return os.path.join(self.path, EVENTS_NAME)
+
+    def read_events(self, kind: str | None = None) -> list[dict]:
+        """The run's events of one ``kind`` (or all), oldest first."""
+        return read_events(self.events_path, kind)
 
     @property
     def checkpoints_path(self) -> str:

@@ -35,6 +35,7 @@ from typing import Any
 
 
 from jaxsrl.experiment import config as config_lib
+from jaxsrl.experiment import events
 from jaxsrl.experiment import run_dir as run_folder
 from jaxsrl.experiment.metrics import Clock
 from jaxsrl.experiment.run_dir import RunDir
@@ -89,7 +90,8 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     created = not os.path.isdir(logdir)
     lock = run_folder.claim(logdir, cfg.resume, cfg.overwrite)  # until the run has ended
     try:
-        return _train(cfg, spawner, logdir)
+        with events.recording(RunDir(logdir).events_path):
+            return _train(cfg, spawner, logdir)
     finally:
         lock.release()
         if created:
@@ -175,8 +177,10 @@ def _shutdown(run: Run) -> dict:
     run.end_context()
     saved = {t.policy: t.checkpointer.latest_step() for t in run.trainers.values()
              if t.checkpointer is not None}
-    log.info("stopped after %.1f s; %s; logs in %s", run.clock(),
-             ", ".join(f"checkpoint of {p} at version {v}" if v is not None else
-                       f"no checkpoint of {p} (stopped before its first save)"
-                       for p, v in saved.items()) or "no checkpoint", run.logdir)
+    events.emit(log, logging.INFO, "run_end",
+                {"env_steps": record.get("env_steps"), "checkpoints": saved},
+                "stopped after %.1f s; %s; logs in %s", run.clock(),
+                ", ".join(f"checkpoint of {p} at version {v}" if v is not None else
+                          f"no checkpoint of {p} (stopped before its first save)"
+                          for p, v in saved.items()) or "no checkpoint", run.logdir)
     return record

@@ -32,6 +32,7 @@ from typing import Any, Callable
 import zmq
 
 from jaxsrl.core.child import read_error
+from jaxsrl.experiment import events
 from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.agent_build import agent_spec
 from jaxsrl.experiment.run_dir import RunDir
@@ -252,7 +253,9 @@ class RemoteInferenceServers(Worker):
                 f"(max_server_restarts={self.cfg.max_server_restarts}), giving up")
         self.restarts += 1
         self.metrics.count("server_restarts")
-        log.warning("inference server %s (pid %d) %s%s; restarting it on port %s (restart %d of "
+        events.emit(log, logging.WARNING, "server_restart",
+                    {"server": s.name, "reason": reason, "error": error, "restart": self.restarts},
+                    "inference server %s (pid %d) %s%s; restarting it on port %s (restart %d of "
                     "at most %d; its actors fail over meanwhile)", s.name, s.child.proc.pid, reason,
                     f": {error}" if error else "", s.port or "any", self.restarts,
                     self.cfg.max_server_restarts)

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 import zmq
 
+from jaxsrl.experiment import events
 from jaxsrl.workers.actor import worker as actor_worker
 
 log = logging.getLogger("jaxsrl.launch.serial")
@@ -106,7 +107,8 @@ class ThreadProcess:
         if self.returncode is None:
             self._thread.join(KILL_GRACE_S)
             if self.poll() is None:
-                log.warning("%s (thread %d) ignores its stop event: abandoned (a thread cannot "
+                events.emit(log, logging.WARNING, "thread_abandoned", {"thread": self._thread.name},
+                            "%s (thread %d) ignores its stop event: abandoned (a thread cannot "
                             "be killed)", self._thread.name, self.pid)
                 self.returncode = -signal.SIGKILL
 

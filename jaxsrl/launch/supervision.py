@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from jaxsrl.core.exit_codes import EXIT_ENV_ERROR, EXIT_LEARNER_TIMEOUT, EXIT_SERVER_TIMEOUT
 from jaxsrl.core.child import read_error
+from jaxsrl.experiment import events
 from jaxsrl.launch.processes import ChildProcess, exit_reason
 from jaxsrl.launch.worker_threads import WorkerThread
 
@@ -102,7 +103,9 @@ class ActorSupervisor:
         last = max(self.table.last_seen(a.spec["actor_id"]) or 0.0, a.started_at, responsive_since)
         if mono - last <= hang_s:
             return False
-        log.warning("%s (pid %d) sent nothing for %.1f s while the servers were responsive: "
+        events.emit(log, logging.WARNING, "actor_hang",
+                    {"actor": a.name, "actor_id": a.spec["actor_id"], "silent_s": mono - last},
+                    "%s (pid %d) sent nothing for %.1f s while the servers were responsive: "
                     "hung%s; killing it", a.name, a.proc.pid, mono - last,
                     "" if self.heard_since_start(a) else " (nothing reached the servers since "
                     "it started: is its host unreachable?)")
@@ -153,7 +156,12 @@ class ActorSupervisor:
         self.metrics.count("actor_restarts")
         self.futile[i] = 0 if self.heard_since_start(a) else self.futile.get(i, 0) + 1
         delay = restart_delay(self.futile[i])
-        log.warning("%s %s%s; restarting it with a new run id%s (restart %d of at most %d)",
+        events.emit(log, logging.WARNING, "actor_restart",
+                    {"actor": a.name, "actor_id": a.spec["actor_id"], "reason": reason,
+                     "error": error, "error_file": a.spec.get("error_file") if error else None,
+                     "code": code,
+                     "restart": self.restarts, "delay_s": delay},
+                    "%s %s%s; restarting it with a new run id%s (restart %d of at most %d)",
                     a.name, reason, f": {error}" if error else "",
                     f" in {delay:g} s" if delay else "", self.restarts, limit)
         # New environment seeds, so a restarted actor does not replay its episodes.

@@ -22,6 +22,7 @@ import zmq
 
 from jaxsrl.core.agent import AgentFns, EnvSpec
 from jaxsrl.envs import env_has_idle_rows
+from jaxsrl.experiment import events
 from jaxsrl.experiment.agent_build import factory_of_run
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.experiment.metrics import MetricsWriter, PolicyMetrics
@@ -215,8 +216,10 @@ def _build_trainers(run: Run, setup: AgentSetup) -> None:
             tree, meta = ckpt.restore({"agent": state, "rng": rng}, set_aside_unreadable=True)
             state, rng, version = tree["agent"], tree["rng"], int(meta["policy_version"])
             run.metrics.env_steps = max(run.metrics.env_steps, int(meta.get("env_steps", 0)))
-            log.info("resumed %s from version %d, %d env steps", t.policy, version,
-                     run.metrics.env_steps)
+            events.emit(log, logging.INFO, "resumed", {"policy": t.policy, "version": version,
+                        "env_steps": run.metrics.env_steps},
+                        "resumed %s from version %d, %d env steps", t.policy, version,
+                        run.metrics.env_steps)
         segment_rows = max([envs_of(cfg, a) // cfg.ring_size * setup.rows_per_env(team)
                             for a in flow.actors for team, _, sample in a.bindings()
                             if sample == t.sample_stream] or [1])

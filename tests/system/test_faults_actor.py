@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import signal
 import threading
@@ -11,7 +10,9 @@ import threading
 import psutil
 import pytest
 
+from jaxsrl.core.exit_codes import EXIT_ENV_ERROR, EXIT_SERVER_TIMEOUT
 from jaxsrl.experiment.config import load_config
+from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch.launcher import ComponentDied, restart_delay, train
 from jaxsrl.workers.inference.policy import PolicyWorker
 from test_faults_helpers import (FLAKY_ENV, actor_children, actor_spec, flaky_env_path,  # noqa: F401
@@ -54,8 +55,7 @@ def _inject(logdir: str, sig: int, out: dict) -> threading.Thread:
     # SIGSTOP: the process lives but sends nothing -> the heartbeat check kills it.
     (signal.SIGSTOP, ["--actor_heartbeat_timeout_s=2"]),
 ], ids=["SIGKILL", "SIGSTOP-hang"])
-def test_killed_or_hung_actor_is_restarted_and_training_goes_on(tmp_path, sig, extra, caplog):
-    caplog.set_level(logging.INFO, logger="jaxsrl")
+def test_killed_or_hung_actor_is_restarted_and_training_goes_on(tmp_path, sig, extra):
     logdir = str(tmp_path / "run")
     cfg = load_config(small_args(logdir, "--total_env_steps=100000000", *extra))
     out: dict = {}
@@ -66,21 +66,22 @@ def test_killed_or_hung_actor_is_restarted_and_training_goes_on(tmp_path, sig, e
     assert "error" not in out, out.get("error")
     last = records(logdir)[-1]
     assert last["actor_restarts"] >= 1
+    restarts = RunDir(logdir).read_events("actor_restart")
+    assert len(restarts) == last["actor_restarts"] and restarts[0]["actor_id"] == out["spec"]["actor_id"]
     if sig == signal.SIGSTOP:
         assert last["actor_hangs"] >= 1
-        assert "hung; killing it" in caplog.text
+        assert RunDir(logdir).read_events("actor_hang")[0]["actor_id"] == out["spec"]["actor_id"]
+        assert restarts[0]["reason"] == "hung"
         # The other actor kept the learner busy while this one hung.
         assert out["version_at_restart"] > out["version"]
     else:
-        assert "killed by SIGKILL; restarting it with a new run id" in caplog.text
+        assert restarts[0]["reason"] == "killed by SIGKILL"
     assert out["new_spec"]["run_id"] != out["spec"]["run_id"]  # the servers drop the old run
     assert last["policy_version"] >= out["version_at_restart"] + 5  # learning went on
     assert actor_children() == []
 
 
-def test_environment_error_restarts_the_actor_with_the_traceback(tmp_path, flaky_env_path, caplog,
-                                                                 capfd):
-    caplog.set_level(logging.INFO, logger="jaxsrl")
+def test_environment_error_restarts_the_actor_with_the_traceback(tmp_path, flaky_env_path, capfd):
     logdir = str(tmp_path / "run")
     cfg = load_config(small_args(logdir, "--total_env_steps=4000"))
     cfg = dataclasses.replace(cfg, env=FLAKY_ENV, env_kwargs={
@@ -88,7 +89,9 @@ def test_environment_error_restarts_the_actor_with_the_traceback(tmp_path, flaky
     record = train(cfg)
     assert record["actor_restarts"] == 1
     assert record["env_steps"] >= 4000
-    assert "environment step raised RuntimeError: injected step failure" in caplog.text
+    (restart,) = RunDir(logdir).read_events("actor_restart")
+    assert restart["code"] == EXIT_ENV_ERROR
+    assert restart["error"].startswith("environment step raised RuntimeError: injected step failure")
     err = capfd.readouterr().err
     assert "Traceback (most recent call last)" in err and "injected step failure" in err
     assert actor_children() == []
@@ -125,10 +128,9 @@ def _stop_answering_first_run_of_actor_0(monkeypatch, after: int) -> None:
     monkeypatch.setattr(PolicyWorker, "_parse", patched)
 
 
-def test_actor_cut_off_from_a_serving_server_is_restarted(tmp_path, monkeypatch, caplog):
+def test_actor_cut_off_from_a_serving_server_is_restarted(tmp_path, monkeypatch):
     """EXIT_SERVER_TIMEOUT while the server kept serving (actor 1) is the actor's host or
     network failing, not the server: the actor is restarted and the run ends normally."""
-    caplog.set_level(logging.INFO, logger="jaxsrl")
     _stop_answering_first_run_of_actor_0(monkeypatch, after=20)
     cfg = load_config(small_args(str(tmp_path / "run"), "--total_env_steps=8000",
                                  "--actor_timeout_s=1.5"))
@@ -136,7 +138,9 @@ def test_actor_cut_off_from_a_serving_server_is_restarted(tmp_path, monkeypatch,
     assert record["env_steps"] >= 8000
     assert record["actor_unreachable"] == 1
     assert record["actor_restarts"] == 1
-    assert "its host or network is unreachable; restarting it with a new run id" in caplog.text
+    (restart,) = RunDir(record["logdir"]).read_events("actor_restart")
+    assert restart["code"] == EXIT_SERVER_TIMEOUT
+    assert restart["reason"].endswith("while that server kept serving: its host or network is unreachable")
     assert actor_children() == []
 
 

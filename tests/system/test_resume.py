@@ -4,7 +4,6 @@ checkpoints that a kill mid-write cannot make unreadable."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -18,9 +17,11 @@ import psutil
 
 from agents import get_agent
 from jaxsrl.core.agent import EnvSpec, Trajectory
+from jaxsrl.experiment import events
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.config import load_config
 from jaxsrl.envs import env_spaces
+from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch.launcher import train
 from test_faults_helpers import REPO_ROOT, records, small_args, wait_for
 
@@ -38,8 +39,7 @@ def _meta(directory: str, step: int) -> dict:
         return json.load(f)
 
 
-def test_sigkill_then_resume_continues_from_the_newest_checkpoint(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="jaxsrl")
+def test_sigkill_then_resume_continues_from_the_newest_checkpoint(tmp_path):
     logdir = str(tmp_path / "run")
     ckdir = os.path.join(logdir, "checkpoints", "default")
     proc = subprocess.Popen(
@@ -67,7 +67,9 @@ def test_sigkill_then_resume_continues_from_the_newest_checkpoint(tmp_path, capl
     n_before = len(records(logdir))
     cfg = load_config(small_args(logdir, "--resume", f"--total_env_steps={meta['env_steps'] + 3000}"))
     record = train(cfg)
-    assert f"resumed default from version {step}, {meta['env_steps']} env steps" in caplog.text
+    (resumed_event,) = RunDir(logdir).read_events("resumed")
+    assert resumed_event == resumed_event | {"policy": "default", "version": step,
+                                             "env_steps": meta["env_steps"]}
     resumed = records(logdir)[n_before:]
     assert resumed and all(r["policy_version"] >= step for r in resumed)
     assert record["policy_version"] > step  # it went on from there
@@ -154,16 +156,18 @@ def test_partial_checkpoint_folder_is_ignored(tmp_path):
     assert meta["policy_version"] == 3 and float(state["w"][0]) == 3.0
 
 
-def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
+def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     directory = str(tmp_path / "ckpt")
     ckpt = Checkpointer(directory)
     for step in (1, 2):
         ckpt.save(step, _tree(step), {"policy_version": step})
     ckpt.close()
     shutil.rmtree(os.path.join(directory, "2", "state"))  # damaged after it was finalised
-    state, meta = Checkpointer(directory).restore(_tree(0))
+    with events.recording(str(tmp_path / "events.jsonl")):
+        state, meta = Checkpointer(directory).restore(_tree(0))
     assert meta["policy_version"] == 1 and float(state["w"][0]) == 1.0
-    assert "checkpoint 2 in" in caplog.text and "unreadable" in caplog.text
+    (unreadable,) = events.read_events(str(tmp_path / "events.jsonl"), "checkpoint_unreadable")
+    assert unreadable["step"] == 2 and unreadable["directory"] == directory
 
 
 KILL_DURING_SAVE = textwrap.dedent("""

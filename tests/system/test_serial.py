@@ -6,7 +6,6 @@ signal) check that the launcher's supervision keeps its meaning there."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import signal
 import subprocess
@@ -21,8 +20,10 @@ import zmq
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from jaxsrl.core import exit_codes
+from jaxsrl.core.child import read_error
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.config import load_config
+from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch.launcher import ComponentDied, train
 from jaxsrl.launch.processes import ChildProcess
 from jaxsrl.launch.serial import ThreadSpawner
@@ -138,18 +139,20 @@ def test_serial_mode_takes_no_spawner(tmp_path):
 
 
 # -- actor faults, serial twins of tests/system/test_faults_actor.py ------------------------------
-def test_environment_error_restarts_the_actor_thread_with_the_traceback(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="jaxsrl")
-    cfg = load_config(small_args(str(tmp_path / "run"), SERIAL, "--total_env_steps=4000"))
+def test_environment_error_restarts_the_actor_thread_with_the_traceback(tmp_path):
+    logdir = str(tmp_path / "run")
+    cfg = load_config(small_args(logdir, SERIAL, "--total_env_steps=4000"))
     cfg = dataclasses.replace(cfg, env=FLAKY_ENV, env_kwargs={
         "fail_in": "step", "fail_after": 40, "once_file": str(tmp_path / "failed")})
     with ChildWatch() as watch:
         record = train(cfg)
     assert record["actor_restarts"] == 1
     assert record["env_steps"] >= 4000
-    assert "environment step raised RuntimeError: injected step failure" in caplog.text
-    assert "Traceback (most recent call last)" in caplog.text
-    assert "restarting it with a new run id" in caplog.text
+    (restart,) = RunDir(logdir).read_events("actor_restart")
+    assert restart["code"] == exit_codes.EXIT_ENV_ERROR
+    assert restart["error"].startswith("environment step raised RuntimeError: injected step failure")
+    with open(restart["error_file"]) as f:  # the thread's traceback
+        assert "Traceback (most recent call last)" in f.read()
     assert watch.new == set()
 
 
@@ -187,11 +190,10 @@ if HANGING_ENV not in gymnasium.registry:
     gymnasium.register(HANGING_ENV, entry_point=HangingCartPole, max_episode_steps=500)
 
 
-def test_hung_actor_thread_is_abandoned_and_replaced(tmp_path, caplog):
+def test_hung_actor_thread_is_abandoned_and_replaced(tmp_path):
     """The serial twin of the SIGSTOP hang: the hung thread is left behind (a thread
     cannot be killed), a new one with a new run id takes its place, learning goes on,
     and the old thread ends once released."""
-    caplog.set_level(logging.INFO, logger="jaxsrl")
     logdir = str(tmp_path / "run")
     cfg = load_config(small_args(logdir, SERIAL, f"--env={HANGING_ENV}",
                                  "--total_env_steps=100000000", "--actor_heartbeat_timeout_s=2"))
@@ -220,7 +222,11 @@ def test_hung_actor_thread_is_abandoned_and_replaced(tmp_path, caplog):
     assert "error" not in out, out.get("error")
     last = records(logdir)[-1]
     assert last["actor_hangs"] >= 1 and last["actor_restarts"] >= 1
-    assert "hung; killing it" in caplog.text and "abandoned" in caplog.text
+    run = RunDir(logdir)
+    (hang, *_) = run.read_events("actor_hang")
+    assert run.read_events("actor_restart")[0] | {"actor_id": hang["actor_id"], "reason": "hung"} \
+        == run.read_events("actor_restart")[0]
+    assert run.read_events("thread_abandoned")
     assert wait_for(lambda: not _live_actor_threads(), 30, "the released thread to end")
 
 
@@ -298,11 +304,11 @@ def context():
     (0, "did not answer within 1.5 s"),  # silent from the start (startup_timeout_s)
     (10, "did not answer within 1.0 s"),  # answers, then goes silent (timeout_s)
 ])
-def test_actor_thread_exits_when_its_inference_server_goes_silent(context, caplog, limit, message):
+def test_actor_thread_exits_when_its_inference_server_goes_silent(context, tmp_path, limit, message):
     server = InprocServer(context, limit)
     samples = context.socket(zmq.PULL)  # takes every segment
     actor = _actor(context, server.address, sockets.bind(samples, sockets.INPROC, name="samples"),
-                   startup_timeout_s=1.5)
+                   startup_timeout_s=1.5, error_file=str(tmp_path / "error.txt"))
     try:
         actor.start()
         code = actor.proc.wait(60)
@@ -311,14 +317,14 @@ def test_actor_thread_exits_when_its_inference_server_goes_silent(context, caplo
         server.close()
         samples.close(0)
     assert code == exit_codes.EXIT_SERVER_TIMEOUT
-    assert message in caplog.text
+    assert message in read_error(str(tmp_path / "error.txt"))
 
 
-def test_actor_thread_exits_when_its_learner_takes_no_samples(context, caplog):
+def test_actor_thread_exits_when_its_learner_takes_no_samples(context, tmp_path):
     server = InprocServer(context)
     # Never bound: ZeroMQ queues the actor's segments for it up to the high-water mark.
     actor = _actor(context, server.address, "inproc://nobody-reads-this", sample_timeout_s=2.0,
-                   ping_interval_s=0.5)
+                   ping_interval_s=0.5, error_file=str(tmp_path / "error.txt"))
     try:
         actor.start()
         code = actor.proc.wait(60)
@@ -326,7 +332,7 @@ def test_actor_thread_exits_when_its_learner_takes_no_samples(context, caplog):
         actor.stop()
         server.close()
     assert code == exit_codes.EXIT_LEARNER_TIMEOUT
-    assert "did not take a segment in time" in caplog.text
+    assert "did not take a segment in time" in read_error(str(tmp_path / "error.txt"))
     assert len(server.pings) >= 2 and server.pings[0] == {"actor": 0, "run": actor.spec["run_id"]}
 
 

@@ -13,10 +13,11 @@ import sys
 import numpy as np
 import pytest
 
+from jaxsrl.experiment import events
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.config import load_config
 from jaxsrl.launch.launcher import train
-from jaxsrl.experiment.run_dir import LOCK_NAME, RunFolderError, claim
+from jaxsrl.experiment.run_dir import LOCK_NAME, RunDir, RunFolderError, claim
 from test_faults_helpers import REPO_ROOT
 
 TINY = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=4", "--segment_length=8",
@@ -89,6 +90,7 @@ def _tree(v: float) -> dict:
 
 
 def test_resuming_past_an_unreadable_checkpoint_frees_its_step(tmp_path, caplog):
+    """Also: the warnings it logs are one line each (a multi-line Orbax error is cut)."""
     directory = str(tmp_path / "ckpt")
     ckpt = Checkpointer(directory)
     for step in (1, 2):
@@ -96,7 +98,8 @@ def test_resuming_past_an_unreadable_checkpoint_frees_its_step(tmp_path, caplog)
     ckpt.close()
     shutil.rmtree(os.path.join(directory, "2", "state"))  # damaged after it was finalised
     ckpt = Checkpointer(directory)
-    with caplog.at_level(logging.WARNING, logger="jaxsrl.experiment.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="jaxsrl.experiment.checkpoint"), \
+            events.recording(str(tmp_path / "events.jsonl")):
         state, meta = ckpt.restore(_tree(0), set_aside_unreadable=True)
     assert meta["policy_version"] == 1
     assert ckpt.latest_step() == 1  # what the closing line and the trainer's save see
@@ -104,12 +107,15 @@ def test_resuming_past_an_unreadable_checkpoint_frees_its_step(tmp_path, caplog)
     ckpt.close()
     assert float(Checkpointer(directory).restore(_tree(0))[0]["w"][0]) == 22.0
     assert os.path.isdir(os.path.join(directory, "2.unreadable"))  # kept for inspection
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("moved the unreadable checkpoint 2" in w for w in warnings)
-    assert all("\n" not in w and len(w) < 600 for w in warnings)
+    (moved,) = events.read_events(str(tmp_path / "events.jsonl"), "checkpoint_set_aside")
+    assert moved | {"step": 2, "restored": 1} == moved
+    assert moved["moved_to"] == os.path.join(directory, "2.unreadable")
+    warnings = [r.getMessage() for r in caplog.records
+                if r.name == "jaxsrl.experiment.checkpoint" and r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and all("\n" not in w and len(w) < 600 for w in warnings)
 
 
-def test_resume_with_a_corrupt_newest_checkpoint_and_frequent_saves(tmp_path, caplog):
+def test_resume_with_a_corrupt_newest_checkpoint_and_frequent_saves(tmp_path):
     logdir = str(tmp_path / "run")
     ckdir = os.path.join(logdir, "checkpoints", "default")
     train(load_config(TINY + [f"--logdir={logdir}", "--total_env_steps=1500",
@@ -117,12 +123,10 @@ def test_resume_with_a_corrupt_newest_checkpoint_and_frequent_saves(tmp_path, ca
     steps = sorted(int(n) for n in os.listdir(ckdir) if n.isdigit())
     assert len(steps) >= 2, steps
     shutil.rmtree(os.path.join(ckdir, str(steps[-1]), "state"))
-    with caplog.at_level(logging.INFO, logger="jaxsrl"):
-        record = train(load_config(TINY + [f"--logdir={logdir}", "--resume", "--total_env_steps=3000",
-                                           "--checkpoint_interval_s=0.01"]))
+    record = train(load_config(TINY + [f"--logdir={logdir}", "--resume", "--total_env_steps=3000",
+                                       "--checkpoint_interval_s=0.01"]))
     assert record["env_steps"] >= 3000
-    closing = [r.getMessage() for r in caplog.records if r.getMessage().startswith("stopped after")]
-    saved = int(closing[-1].split("checkpoint of default at version ")[1].split(";")[0])
+    saved = RunDir(logdir).read_events("run_end")[-1]["checkpoints"]["default"]
     ckpt = Checkpointer(ckdir)
     assert ckpt.latest_step() == saved
     _, meta = ckpt.restore(None, step=saved)  # the checkpoint the closing line names is readable

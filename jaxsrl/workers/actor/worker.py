@@ -44,7 +44,7 @@ compile while actors start; with fallbacks, after every server was tried); 4 the
 environment raised in ``reset`` or ``step`` (traceback logged, and written to
 ``spec["error_file"]`` if given); 5 the learner did not take a segment in
 ``sample_timeout_s`` (default ``10 * timeout_s``); 1 any other error (traceback on
-stderr).
+stderr). The timeouts (3, 5) leave their one-line reason in ``spec["error_file"]`` too.
 
 With ``spec["curve_server_key"]`` set, every socket is a CURVE client of that server
 key, with this actor's keypair from the environment (:mod:`jaxsrl.streams.security`).
@@ -69,7 +69,7 @@ from typing import Any
 
 import zmq
 
-from jaxsrl.core.child import report_failure, start_child
+from jaxsrl.core.child import report_failure, start_child, write_error
 from jaxsrl.core.exit_codes import EXIT_ENV_ERROR, EXIT_LEARNER_TIMEOUT, EXIT_SERVER_TIMEOUT
 from jaxsrl.core.worker import Worker
 from jaxsrl.envs import env_has_idle_rows, make_actor_env
@@ -372,9 +372,11 @@ def run_actor(spec: dict, context: zmq.Context | None = None, stop: Any = None) 
         actor.run()
     except LearnerTimeout as exc:
         log.error("%s; exiting", exc)
+        write_error(spec.get("error_file"), str(exc))
         return EXIT_LEARNER_TIMEOUT
     except TimeoutError as exc:
         log.error("%s; exiting", exc)
+        write_error(spec.get("error_file"), str(exc))
         return EXIT_SERVER_TIMEOUT
     except EnvError as exc:
         return report_failure(spec, str(exc), exc.__cause__ or exc, EXIT_ENV_ERROR)

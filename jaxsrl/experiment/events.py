@@ -1,0 +1,101 @@
+"""Run events: faults, restarts and recoveries as structured records in the run folder.
+
+A log line says what happened to a person; an event says it to a program. Where the
+runtime logs something a user or a tool may want to find again after the run (an actor
+restarted and why, a checkpoint set aside as unreadable, a run resumed from a version,
+a replay refilled), it calls :func:`emit` instead of ``log.warning``: the line is
+logged as before and, while a run records (:func:`recording`, opened by
+:func:`jaxsrl.launch.launcher.train` for its run folder), one JSON record is appended
+to ``LOGDIR/run_events.jsonl``::
+
+    {"time": 1764597600.12, "event": "actor_restart", "level": "WARNING",
+     "message": "actor 1 killed by SIGKILL; restarting it ...", "actor": "actor 1",
+     "reason": "killed by SIGKILL", "restart": 1}
+
+Events are recorded whatever the logging level (a run logged at WARNING still records
+its INFO events). Read them with :func:`read_events`. Only the accelerator process
+records: actor processes report through exit codes and error files, which the
+launcher turns into events.
+
+Kinds, with their fields:
+
+* ``actor_restart``: actor, actor_id, reason, error (its first line), error_file (the whole
+  traceback, if any), code (exit code), restart, delay_s
+* ``actor_hang``: actor, actor_id, silent_s
+* ``server_restart``: server, reason, error, restart
+* ``thread_abandoned``: thread (serial mode)
+* ``resumed``: policy, version, env_steps
+* ``checkpoint_unreadable``: directory, step, error
+* ``checkpoint_set_aside``: directory, step, restored, moved_to
+* ``replay_restored``: learner, step, items
+* ``replay_refill``: learner, reason
+* ``run_end``: env_steps, checkpoints (policy -> saved version or null)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any, Iterator
+
+EVENTS_NAME = "run_events.jsonl"
+
+_lock = threading.Lock()
+_files: list = []  # open event files of the runs recording in this process
+
+
+def emit(logger: logging.Logger, level: int, kind: str, fields: dict, msg: str, *args) -> None:
+    """Log ``msg % args`` at ``level`` and record it as a ``kind`` event with ``fields``.
+
+    Args:
+      logger: where the line is logged.
+      level: a ``logging`` level (``logging.WARNING``, ...).
+      kind: the event's name (module docstring).
+      fields: JSON-serialisable details (others are written with ``str``).
+      msg, args: the log line, as for ``logger.log``.
+    """
+    logger.log(level, msg, *args)
+    with _lock:
+        if not _files:
+            return
+        line = json.dumps({"time": time.time(), "event": kind, "level": logging.getLevelName(level),
+                           "message": msg % args if args else msg, **fields}, default=str)
+        for f in _files:
+            f.write(line + "\n")
+            f.flush()
+
+
+@contextlib.contextmanager
+def recording(path: str) -> Iterator[None]:
+    """Append the events emitted in this process to ``path`` while the block runs."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    f = open(path, "a", encoding="utf-8")  # noqa: SIM115  (closed below)
+    with _lock:
+        _files.append(f)
+    try:
+        yield
+    finally:
+        with _lock:
+            _files.remove(f)
+        f.close()
+
+
+def read_events(path: str, kind: str | None = None) -> list[dict[str, Any]]:
+    """The records of an events file (of one ``kind``, or all), oldest first; ``[]`` if
+    the file does not exist. A line cut short by a crash is skipped."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if kind is None or record.get("event") == kind:
+                out.append(record)
+    return out
