@@ -26,7 +26,7 @@ import numpy as np
 
 def transition_item(observation_space, action_space) -> dict:
     """One transition item (zeros) for these spaces: a dict of numpy arrays."""
-    from jaxsrl.streams.spaces import action_leaf, space_leaves  # noqa: PLC0415
+    from jaxsrl.streams.spaces import action_leaf, space_leaves  # noqa: PLC0415  (bench rungs load JAX and their parts on use)
 
     item = {}
     for prefix in ("obs", "next_obs"):
@@ -57,9 +57,9 @@ def measure(example_item: dict, spec, duration_s: float = 2.0, add_rows: int = 2
       duration_s: measured seconds of each phase.
       add_rows: rows per ``add`` call.
     """
-    import jax  # noqa: PLC0415
+    import jax  # noqa: PLC0415  (bench rungs load JAX and their parts on use)
 
-    from jaxsrl.workers.buffer.replay import Replay  # noqa: PLC0415
+    from jaxsrl.workers.buffer.replay import Replay  # noqa: PLC0415  (bench rungs load JAX and their parts on use)
 
     rng = np.random.default_rng(seed)
     rows = {k: (rng.standard_normal((add_rows, *np.shape(v))) * 3).astype(np.asarray(v).dtype)
@@ -95,7 +95,7 @@ def measure(example_item: dict, spec, duration_s: float = 2.0, add_rows: int = 2
 
 def measure_for(built, duration_s: float) -> dict:
     """Rung 7 for the run config: both modes at the agent's (or the default) ``ReplaySpec``."""
-    from jaxsrl.core.agent import ReplaySpec  # noqa: PLC0415
+    from jaxsrl.core.agent import ReplaySpec  # noqa: PLC0415  (bench rungs load JAX and their parts on use)
 
     spec = built.fns.replay or ReplaySpec()
     item = transition_item(built.observation_space, built.action_space)

@@ -178,7 +178,7 @@ def _run_title(config: dict, logdir: str) -> str:
 
 def _open_tensorboard(logdir: str, config: dict):
     try:
-        from tensorboardX import SummaryWriter  # noqa: PLC0415
+        from tensorboardX import SummaryWriter  # noqa: PLC0415  (optional at run time: a missing one only warns)
     except ImportError:
         log.warning("tensorboardX is not installed: no TensorBoard event files "
                     "(pip install tensorboardX; JAXSRL_TENSORBOARD=0 silences this)")
@@ -195,7 +195,7 @@ def _open_tensorboard(logdir: str, config: dict):
 
 def _open_wandb(logdir: str, config: dict):
     try:
-        import wandb  # noqa: PLC0415
+        import wandb  # noqa: PLC0415  (optional dependency: the [wandb] extra)
     except ImportError:
         log.warning("JAXSRL_WANDB is set but wandb is not installed (pip install wandb); "
                     "logging to metrics.jsonl and TensorBoard only")

@@ -31,6 +31,7 @@ from typing import Annotated, Any, Optional
 import numpy as np
 import tyro
 
+from jaxsrl.core.imports import import_module, is_reference
 from jaxsrl.experiment.dataflow import ActorGroup, Dataflow, PolicyWorkerSpec, TrainerSpec
 from jaxsrl.population.search_space import SearchSpace, parse_search_space, sample_hyper
 
@@ -72,7 +73,7 @@ class PBTSettings:
     def pbt_config(self) -> Any:
         """The ``jaxsrl.population.pbt.PBTConfig`` of these settings (imported here:
         the config module stays free of JAX)."""
-        from jaxsrl.population.pbt import PBTConfig  # noqa: PLC0415
+        from jaxsrl.population.pbt import PBTConfig  # noqa: PLC0415  (keeps JAX out of config)
         return PBTConfig(float(self.fraction), tuple(float(f) for f in self.perturb_factors),
                          float(self.resample_probability))
 
@@ -111,7 +112,6 @@ def declared_hyperparameters(agent: str) -> tuple[str, ...]:
       ValueError: an agent that declares none (then PBT has nothing to change).
     """
     from agents import HYPERPARAMETERS  # noqa: PLC0415  (agents import config users)
-    from jaxsrl.core.imports import import_module, is_reference  # noqa: PLC0415
     names: Any = HYPERPARAMETERS.get(agent)
     if names is None and is_reference(agent):
         names = getattr(import_module(agent.partition(":")[0], "--agent"), "HYPERPARAMETERS", None)

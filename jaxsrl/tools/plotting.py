@@ -337,8 +337,6 @@ def population_figure(runs: list, smoothing: float, path: str) -> str:
     member of every population run (others are left out) as a line (colour: member; line style: run), each exploit
     event marked (x) at its env steps on the member's hyperparameter panels, at the new
     value. Spread-out positive hyperparameters get a log axis."""
-    from matplotlib import colormaps  # noqa: PLC0415
-    from matplotlib.figure import Figure  # noqa: PLC0415
     runs = [run for run in runs if any(k.startswith(POPULATION_PREFIX) for k in run.keys())]
     quantities = population_quantities(runs)
     members = sorted({m for ms in quantities.values() for m in ms})

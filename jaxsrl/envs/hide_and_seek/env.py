@@ -181,7 +181,7 @@ class HideAndSeekEnv(ParallelEnv):
         ``render_mode`` is None)."""
         if self.render_mode is None or self._data is None:
             return None
-        from jaxsrl.envs.hide_and_seek.render import render_topdown
+        from jaxsrl.envs.hide_and_seek.render import render_topdown  # noqa: PLC0415  (PIL: rendering only)
 
         return render_topdown(
             self.config, self.layout, self._qpos, self._visible, self._manip.lock_team, self._manip.held,

@@ -42,9 +42,18 @@ import socket
 import sys
 import threading
 
-from jaxsrl.parallel import distributed
-from jaxsrl.experiment.metrics import MetricsAccumulator
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 from jaxsrl.core.child import start_child
+from jaxsrl.envs import env_has_idle_rows
+from jaxsrl.experiment.agent_build import factory_of_spec
+from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.parallel import devices, distributed
+from jaxsrl.parallel.compile_cache import enable_compilation_cache
+from jaxsrl.streams.params import ParameterStore
+from jaxsrl.workers.learner.trainer import TrainerWorker
 
 log = logging.getLogger("jaxsrl.learner_process")
 MODULE = "jaxsrl.workers.learner"
@@ -126,17 +135,6 @@ def run(spec: dict, stop: threading.Event) -> None:
     Raises:
       distributed.PeerError: process 0 silent or gone; the trainer's error otherwise.
     """
-    import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
-    import numpy as np  # noqa: PLC0415
-
-    from jaxsrl.envs import env_has_idle_rows  # noqa: PLC0415
-    from jaxsrl.experiment.agent_build import factory_of_spec  # noqa: PLC0415
-    from jaxsrl.parallel import devices  # noqa: PLC0415
-    from jaxsrl.parallel.compile_cache import enable_compilation_cache  # noqa: PLC0415
-    from jaxsrl.streams.params import ParameterStore  # noqa: PLC0415
-    from jaxsrl.workers.learner.trainer import TrainerWorker  # noqa: PLC0415
-
     p, timeout_s = spec["process_id"], float(spec.get("timeout_s", 300.0))
     job = distributed.get_json("run", timeout_s)
     enable_compilation_cache(job["compilation_cache_dir"])

@@ -20,6 +20,8 @@ from typing import Any, Callable
 from jaxsrl.core.agent import AgentFns, ReplaySpec
 from jaxsrl.experiment.dataflow import Dataflow
 from jaxsrl.parallel import devices
+from jaxsrl.workers.learner.replay_trainer import ReplayTrainer
+from jaxsrl.workers.learner.trainer import TrainerWorker
 
 
 def planned_updates(items: float, spec: ReplaySpec) -> int:
@@ -63,10 +65,8 @@ def trainer_kind(fns: AgentFns, cfg: Any, updates: int) -> tuple[type, dict]:
     agent, its planned updates, ``cfg.save_replay`` and (``cfg.resume``) the replay
     restore.
     """
-    from jaxsrl.workers.learner.trainer import TrainerWorker  # noqa: PLC0415
     if fns.replay is None:
         return TrainerWorker, {}
-    from jaxsrl.workers.learner.replay_trainer import ReplayTrainer  # noqa: PLC0415
     return ReplayTrainer, {"fns": fns, "planned_updates": updates,
                            "save_replay": bool(getattr(cfg, "save_replay", False)),
                            "restore_replay": bool(cfg.resume)}
