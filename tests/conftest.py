@@ -3,7 +3,7 @@
 ``pythonpath = ["."]`` (pyproject.toml) does that for the test process; the commands
 the tests run (``python scripts/train.py``, ``python -m jaxsrl.workers.actor``, ...) get
 it from ``PYTHONPATH``, as the launcher's child processes do
-(``jaxsrl.launch.processes.child_env``). Without it they would import whatever jaxsrl
+(``jaxsrl.core.paths.child_env``). Without it they would import whatever jaxsrl
 is installed (``pip install -e .`` of another checkout), or none.
 """
 

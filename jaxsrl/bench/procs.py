@@ -7,18 +7,10 @@ and pipes for a one-line handshake on stdin/stdout.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from jaxsrl.core.paths import REPO_ROOT
 
-
-
-def child_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+from jaxsrl.core.paths import child_env
 
 
 def start_module(module: str, payload: dict, pipes: bool = True, **popen) -> subprocess.Popen:

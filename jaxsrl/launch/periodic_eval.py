@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 from jaxsrl.experiment.run_dir import RunDir
-from jaxsrl.launch.processes import child_env
+from jaxsrl.core.paths import child_env
 
 log = logging.getLogger("jaxsrl.eval")
 

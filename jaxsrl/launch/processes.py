@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
 import signal
 import subprocess
@@ -23,22 +22,13 @@ import time
 from typing import Any, Protocol, Sequence
 
 from jaxsrl.core.exit_codes import EXIT_ENV_ERROR
-from jaxsrl.core.paths import REPO_ROOT
+from jaxsrl.core.paths import child_env
 
 
 class Spawner(Protocol):
     """Starts ``argv`` with extra environment variables ``env``; returns a Popen-like handle."""
 
     def __call__(self, argv: list[str], env: dict[str, str], prefix: Sequence[str] = ()) -> Any: ...
-
-
-def child_env(extra: dict | None = None) -> dict[str, str]:
-    """This process's environment plus the repository on ``PYTHONPATH`` and ``extra``."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.update(extra or {})
-    return env
 
 
 def local_spawner(argv: list[str], env: dict[str, str], prefix: Sequence[str] = ()) -> subprocess.Popen:

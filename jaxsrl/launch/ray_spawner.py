@@ -20,7 +20,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without Ray installed
     raise ImportError("--launcher=ray needs Ray: pip install -e '.[ray]'") from exc
 
-from jaxsrl.launch.processes import child_env
+from jaxsrl.core.paths import child_env
 from jaxsrl.launch.supervision import ComponentDied
 
 ACTOR_MODULE = "jaxsrl.workers.actor"

@@ -29,7 +29,7 @@ import time
 from typing import Sequence
 
 from jaxsrl.tools.plotting import RETURN_KEY, load_metrics
-from jaxsrl.core.paths import REPO_ROOT
+from jaxsrl.core.paths import child_env
 
 TRAIN = ["-m", "jaxsrl.cli.train"]
 EVALUATE = ["-m", "jaxsrl.cli.evaluate"]
@@ -87,23 +87,16 @@ def _command(train_args: Sequence[str], seed: int, logdir: str) -> list[str]:
     return [sys.executable, *TRAIN, *train_args, f"--seed={seed}", f"--logdir={logdir}"]
 
 
-def _child_env() -> dict[str, str]:
-    """This environment with this checkout first on ``PYTHONPATH``: the commands import
-    the same jaxsrl as this process, wherever they start (a Ray task's directory too)."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p))
-
-
 def _run_one(train_args: Sequence[str], seed: int, logdir: str, eval_episodes: int) -> dict:
     """Train one seed, then evaluate it; the exit codes and the command's wall-clock."""
     t0 = time.monotonic()
-    rc = subprocess.call(_command(train_args, seed, logdir), env=_child_env())
+    rc = subprocess.call(_command(train_args, seed, logdir), env=child_env())
     out = {"seed": seed, "train_rc": rc, "command_s": time.monotonic() - t0}
     if rc == 0 and eval_episodes > 0:
         out["eval_rc"] = subprocess.call([sys.executable, *EVALUATE, f"--logdir={logdir}",
                                           f"--episodes={eval_episodes}",
                                           f"--json={os.path.join(logdir, 'eval.json')}"],
-                                         env=_child_env())
+                                         env=child_env())
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from jaxsrl.experiment.config import load_config
 from jaxsrl.envs import env_spaces, env_teams, make_actor_env
-from jaxsrl.launch.processes import child_env
+from jaxsrl.core.paths import child_env
 
 # A Gymnasium env registered by the user's own module (not by jaxsrl).
 CORRIDOR = textwrap.dedent('''
