@@ -1,4 +1,5 @@
-"""Entry points: ``jaxsrl-train``, ``jaxsrl-evaluate``, ``jaxsrl-bench``, ``jaxsrl-plot``.
+"""Entry points: ``jaxsrl-train``, ``jaxsrl-evaluate``, ``jaxsrl-bench``, ``jaxsrl-plot``,
+``jaxsrl-sweep``.
 
 ``pyproject.toml`` declares them (``[project.scripts]``), each backed by
 ``jaxsrl.cli.<name>:main``; ``scripts/<name>.py`` are thin wrappers around the same
@@ -18,7 +19,7 @@ import tomllib
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COMMANDS = ("train", "evaluate", "bench", "plot")
+COMMANDS = ("train", "evaluate", "bench", "plot", "sweep")
 EXPECTED = {f"jaxsrl-{name}": f"jaxsrl.cli.{name}:main" for name in COMMANDS}
 
 
@@ -27,7 +28,7 @@ def _declared() -> dict:
         return tomllib.load(f)["project"]["scripts"]
 
 
-def test_pyproject_declares_the_four_console_scripts_and_their_mains_exist():
+def test_pyproject_declares_the_console_scripts_and_their_mains_exist():
     assert _declared() == EXPECTED
     for target in EXPECTED.values():
         module, _, attr = target.partition(":")
