@@ -31,7 +31,11 @@ def test_cartpole_through_real_actor_processes(tmp_path):
     records = _records(logdir)
     assert any("episode_return_mean" in r for r in records)
     intervals = [r for r in records if not r.get("final")]
-    assert {"fps", "staleness_mean", "loss/total", "wall_time_s"} <= set(intervals[-1])
+    assert {"fps", "wall_time_s"} <= set(intervals[-1])
+    # Learner metrics are in every interval that holds an update (under load the last,
+    # short one may hold none).
+    updated = [r for r in intervals if "loss/total" in r]
+    assert updated and {"staleness_mean", "fps"} <= set(updated[-1])
     closing = records[-1]  # written after the learner stopped: matches the final checkpoint
     assert closing["final"] and closing["policy_version"] == record["policy_version"]
     assert closing["env_steps"] == record["env_steps"] >= intervals[-1]["env_steps"]
