@@ -13,7 +13,6 @@ import sys
 import threading
 
 import gymnasium
-import numpy as np
 import psutil
 import pytest
 import zmq
@@ -27,8 +26,9 @@ from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch.launcher import ComponentDied, train
 from jaxsrl.launch.processes import ChildProcess
 from jaxsrl.launch.serial import ThreadSpawner
-from jaxsrl.streams import sockets, wire
+from jaxsrl.streams import sockets
 from jaxsrl.workers.learner.trainer import TrainerWorker
+from fake_inference import FakeInferenceServer
 from test_end_to_end import SMALL, TWO_POLICIES, TWO_SERVERS_ONE_LEARNER
 from test_faults_helpers import FLAKY_ENV, REPO_ROOT, records, small_args, wait_for
 
@@ -249,39 +249,9 @@ def test_dead_trainer_stops_the_serial_run_naming_it(tmp_path, monkeypatch, meth
 
 
 # -- one actor thread against fake servers, twins of tests/workers/test_faults_server.py -----------
-class InprocServer:
-    """A ROUTER on ``inproc://`` answering ``act`` requests with zeros, the first
-    ``limit`` of them (then it takes requests and never answers)."""
-
-    def __init__(self, context: zmq.Context, limit: int | None = None):
-        self.router = context.socket(zmq.ROUTER)
-        self.address = sockets.bind(self.router, sockets.INPROC, name="fake-server")
-        self.limit, self.answered, self.pings = limit, 0, []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-
-    def serve(self):
-        while not self.stop.is_set():
-            if not self.router.poll(50):
-                continue
-            identity, *body = self.router.recv_multipart()
-            msg = wire.decode(body)
-            if msg.kind == "ping":
-                self.pings.append(msg.meta)
-                continue
-            if self.limit is not None and self.answered >= self.limit:
-                continue
-            n = len(msg.arrays["obs"])
-            self.router.send_multipart([identity] + wire.encode(
-                "action", {"action": np.zeros(n, np.int32), "logp": np.zeros(n, np.float32)},
-                {"group": msg.meta["group"], "version": 0}))
-            self.answered += 1
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(5)
-        self.router.close(0)
+def InprocServer(context: zmq.Context, limit: int | None = None) -> FakeInferenceServer:
+    """The fake inference server on ``inproc://`` in the test's context."""
+    return FakeInferenceServer(limit, context, sockets.INPROC)
 
 
 def _actor(context: zmq.Context, inference: str, samples: str, **extra) -> ChildProcess:

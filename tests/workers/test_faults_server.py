@@ -16,6 +16,7 @@ import psutil
 import pytest
 import zmq
 
+from fake_inference import FakeInferenceServer
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.config import load_config
 from jaxsrl.launch.launcher import ComponentDied, train
@@ -75,42 +76,7 @@ def _run_actor(spec: dict) -> tuple[int, float, str]:
     return proc.returncode, time.monotonic() - t0, proc.stderr
 
 
-class FakeServer:
-    """A ROUTER answering ``act`` requests with zeros, the first ``limit`` of them."""
-
-    def __init__(self, limit: int | None = None):
-        import threading
-        self.router = zmq.Context.instance().socket(zmq.ROUTER)
-        self.address = f"tcp://127.0.0.1:{self.router.bind_to_random_port('tcp://127.0.0.1')}"
-        self.limit, self.answered, self.pings = limit, 0, []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-
-    def serve(self):
-        import numpy as np
-
-        from jaxsrl.streams import wire
-        while not self.stop.is_set():
-            if not self.router.poll(50):
-                continue
-            identity, *body = self.router.recv_multipart()
-            msg = wire.decode(body)
-            if msg.kind == "ping":  # the actor, blocked on its learner, says it is alive
-                self.pings.append(msg.meta)
-                continue
-            if self.limit is not None and self.answered >= self.limit:
-                continue  # "dead": takes requests, never answers
-            n = len(msg.arrays["obs"])
-            self.router.send_multipart([identity] + wire.encode(
-                "action", {"action": np.zeros(n, np.int32), "logp": np.zeros(n, np.float32)},
-                {"group": msg.meta["group"], "version": 0}))
-            self.answered += 1
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(5)
-        self.router.close(0)
+FakeServer = FakeInferenceServer
 
 
 @pytest.mark.parametrize("limit, message", [
