@@ -77,6 +77,7 @@ from jaxsrl.core.worker import Worker
 from jaxsrl.envs import env_has_idle_rows, make_actor_env
 from jaxsrl.streams import security, wire
 from jaxsrl.streams.spaces import action_leaf
+from jaxsrl.streams.opponents import OPPONENT
 from jaxsrl.workers.actor.opponents import SelfPlayDraws
 from jaxsrl.workers.actor.policy_stream import PolicyStream
 from jaxsrl.workers.actor.segments import EnvError, Group, take_rows

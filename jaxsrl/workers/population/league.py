@@ -106,7 +106,7 @@ class League:
                 self._params[policy].pop(int(sid.rpartition(":")[2]), None)
                 self.ratings.forget(sid)
             self._rebuild(policy)
-        log.info("self-play: snapshot %s (pool of %d%s)", change.added, len(self.pools[policy].snapshots),
+        log.debug("self-play: snapshot %s (pool of %d%s)", change.added, len(self.pools[policy].snapshots),
                  f", dropped {', '.join(change.dropped)}" if change.dropped else "")
 
     # -- games -------------------------------------------------------------------
