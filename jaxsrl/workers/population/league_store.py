@@ -82,8 +82,7 @@ class LeagueStore:
         step = self.checkpointer.latest_step()
         if step is None:
             return None
-        meta = self.checkpointer.manager.restore(step, args=ocp.args.Composite(
-            meta=ocp.args.JsonRestore())).meta
+        meta = self.read_state(step)
         slots = meta.pop("slots")
         like = {"count": np.zeros((), np.int32),
                 **{f"s{i}": template(p) for i, (p, _) in enumerate(slots)}}
@@ -93,6 +92,15 @@ class LeagueStore:
             out.setdefault(p, {})[int(v)] = tree[f"s{i}"]
         log.info("restored the self-play league of checkpoint %d (%d snapshots)", step, len(slots))
         return meta, out
+
+    def read_state(self, step: int | None = None) -> dict | None:
+        """The JSON state of saved league ``step`` (default: the newest; ``None`` if none),
+        with ``slots``: ``[[policy, version], ...]`` of its parameter items."""
+        step = self.checkpointer.latest_step() if step is None else step
+        if step is None:
+            return None
+        return self.checkpointer.manager.restore(step, args=ocp.args.Composite(
+            meta=ocp.args.JsonRestore())).meta
 
     def read_table(self) -> list[Mapping]:
         """The league table as last saved (``[]`` if none)."""
