@@ -9,6 +9,8 @@ import textwrap
 
 from jaxsrl.experiment.config import load_config
 from jaxsrl.launch.launcher import train
+from jaxsrl.tools.league import league_table
+from jaxsrl.tools.plotting import plot_runs
 from jaxsrl.workers.population.league_store import LeagueStore
 
 # Red wins every step whatever anyone does: a rigged game.
@@ -91,6 +93,9 @@ def test_pools_grow_ratings_are_logged_and_resume_restores_them(tmp_path, monkey
     assert table["red:latest"]["ordinal"] > table["blue:latest"]["ordinal"]
     assert table["red:latest"]["wins"] == table["red:latest"]["games"] > 0
     assert (logdir / "selfplay" / "league.md").exists()
+    assert league_table(str(logdir)).splitlines()[2].startswith("| 1 | red | ")  # the winners lead
+    written = plot_runs([str(logdir)], str(tmp_path / "curves.png"))
+    assert str(tmp_path / "curves_selfplay.png") in written
 
     store = LeagueStore(str(logdir))
     state = store.read_state()

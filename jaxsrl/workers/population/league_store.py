@@ -22,10 +22,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.population.league_table import markdown
 
 log = logging.getLogger("jaxsrl.selfplay")
-FOLDER = "selfplay"
 
 
 def _write(path: str, text: str) -> None:
@@ -44,7 +44,7 @@ class LeagueStore:
     """
 
     def __init__(self, logdir: str, keep: int = 2):
-        self.path = os.path.join(logdir, FOLDER)
+        self.path = RunDir(logdir).selfplay_path
         os.makedirs(self.path, exist_ok=True)
         self.checkpointer = Checkpointer(os.path.join(self.path, "snapshots"), keep)
         latest = self.checkpointer.latest_step()
