@@ -101,6 +101,7 @@ class League:
             if change.added is None:
                 return
             self._params[policy][int(version)] = _copy(params)
+            self.ratings.forget(change.added)  # (a rating left from an earlier run's pool)
             self.ratings.fork(latest_id(policy), change.added)
             for sid in change.dropped:
                 self._params[policy].pop(int(sid.rpartition(":")[2]), None)
