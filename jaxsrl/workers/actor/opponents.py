@@ -32,13 +32,14 @@ class SelfPlayDraws:
       policies: per stream, its policy's name.
       num_envs: environments of the group (rows are environment-major).
       rng: the actor's NumPy generator.
+      num_rows: rows of the group (default: those of the streams together).
     """
 
     def __init__(self, p_latest: float, rows: list, policies: list, num_envs: int,
-                 rng: np.random.Generator):
+                 rng: np.random.Generator, num_rows: int | None = None):
         self.p_latest, self.rng = float(p_latest), rng
         self.policies = list(policies)
-        self.num_rows = sum(len(r) for r in rows)
+        self.num_rows = sum(len(r) for r in rows) if num_rows is None else int(num_rows)
         per_env = self.num_rows // num_envs
         self.rows = [np.asarray(r) for r in rows]
         self.env_of = [r // per_env for r in self.rows]  # [stream][row] -> env

@@ -149,7 +149,7 @@ class Actor(Worker):
         for group in self.groups:  # self-play: who plays each episode (None: latest only)
             group.draws = SelfPlayDraws(spec.opponents["p_latest"], group.rows,
                                         [s.policy for s in self.streams], group.env.num_envs,
-                                        rng) if spec.opponents else None
+                                        rng, group.env.num_rows) if spec.opponents else None
 
     def _request(self, g: int) -> None:
         for i in range(len(self.streams)):

@@ -65,7 +65,9 @@ class PolicyWorker(Worker):
     Metrics: ``inference/batch_rows`` and ``inference/requests`` (means per batch),
     ``inference/latency_ms`` samples (``_p50``/``_p99`` per interval: from noticing a
     batch's first request to its last reply sent), ``inference/batches`` (counter),
-    ``dropped_requests`` and ``stale_run_requests_dropped``.
+    ``dropped_requests`` and ``stale_run_requests_dropped``; with opponent pools the
+    counters ``selfplay/snapshot_rows/<policy>`` (rows served by snapshots) and
+    ``selfplay/carry_resets/<policy>`` (rows whose snapshot left the pool).
 
     Args:
       name: worker name (for logs and errors).
