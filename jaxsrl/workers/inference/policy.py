@@ -160,10 +160,14 @@ class PolicyWorker(Worker):
                 named[k][reset] = 0
             self.metrics.count(f"selfplay/carry_resets/{self.policy}", int(reset.sum()))
         latest = self.store.get(self.policy)
+        versions = np.unique(served)
         out: dict = {}
-        for v in np.unique(served):
-            idx = np.flatnonzero(served == v)
+        for v in versions:
             params = latest.params if v == opp.LATEST else opp.params_of(view, int(v))
+            if len(versions) == 1:  # one version (e.g. every row latest): no split
+                out, _ = self._infer(named, rows, Versioned(latest.version, params))
+                break
+            idx = np.flatnonzero(served == v)
             part, _ = self._infer({k: a[idx] for k, a in named.items()}, len(idx),
                                   Versioned(latest.version, params))
             for k, a in part.items():
