@@ -32,7 +32,6 @@ import jax
 import numpy as np
 
 from jaxsrl.core.worker import Worker
-from jaxsrl.population.opponents import LATEST as POOL_LATEST
 from jaxsrl.population.opponents import OpponentPool, OpponentPoolConfig
 from jaxsrl.population.ratings import Ratings
 from jaxsrl.streams.opponents import LATEST, PoolView
