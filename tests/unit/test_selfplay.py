@@ -205,3 +205,17 @@ def test_opponent_settings_load_and_bad_values_name_themselves(tmp_path):
     with pytest.raises(ValueError, match="needs a teams table of two teams"):
         load_config(["--env=hide_and_seek", f"--config={good}"])
     assert dataclasses.asdict(cfg)["opponents"]["snapshot_every"] == 3
+
+
+def test_league_tool_reads_the_saved_table_and_names_a_missing_one(tmp_path, capsys):
+    from jaxsrl.tools import league as tool
+    assert tool.main([str(tmp_path)]) == 2 and "no league table" in capsys.readouterr().err
+    league = _league()
+    league.observe("hider", 0, {"w": jnp.zeros(1)})
+    league.record_games([{"hider": [0, 2.0], "seeker": [LATEST, -2.0]}])
+    store = LeagueStore(str(tmp_path))
+    store.save(league)
+    store.close()
+    assert tool.main([str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("| 1 | hider | 0 |") and lines[-1].startswith("| 2 | seeker | latest |")
