@@ -29,6 +29,7 @@ from agents import AGENTS, get_agent
 from jaxsrl.envs import check_env_name
 from jaxsrl.experiment import config_layers as layers
 from jaxsrl.experiment import population as population_lib
+from jaxsrl.experiment import selfplay as selfplay_lib
 from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
 from jaxsrl.streams.security import check_curve_available
 from jaxsrl.experiment.run_dir import RunDir
@@ -159,6 +160,10 @@ class RunConfig:
     trainer; settings in the ``[pbt]`` table (0: no population; ``docs/population.md``)."""
     pbt: population_lib.PBTSettings = dataclasses.field(default_factory=population_lib.PBTSettings)
     """PBT settings of a ``--population`` run (``[pbt]`` table, ``--pbt.<field>`` flags)."""
+    opponents: selfplay_lib.OpponentSettings = dataclasses.field(
+        default_factory=selfplay_lib.OpponentSettings)
+    """Self-play opponent pools of a run with one policy per team (``[opponents]`` table,
+    ``--opponents.<field>`` flags; off unless ``snapshot_every`` > 0; ``docs/population.md``)."""
 
     # -- derived values (one place) ----------------------------------------------------
     @property
@@ -248,6 +253,7 @@ class RunConfig:
                              "server before it gives up)")
         population_lib.check(self)
         flow = self.get_dataflow()
+        selfplay_lib.check(self, flow)
         for worker in flow.policy_workers:
             if worker.launch_prefix and not self.remote_inference:
                 raise ValueError(f"policy worker {worker.name!r} has a launch_prefix, which needs "

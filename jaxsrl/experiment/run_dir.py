@@ -10,6 +10,8 @@ Layout (:class:`RunDir`)::
     LOGDIR/eval/v<version>.json           periodic evaluations (``--eval_every``)
     LOGDIR/population/                    a ``--population`` run's events.jsonl (every
                                           exploit/explore), lineage.json, state.json
+    LOGDIR/selfplay/                      an ``[opponents]`` run's pools: snapshots/<n>/
+                                          (Orbax), league.json, league.md
     LOGDIR/events.out.tfevents.*          TensorBoard; LOGDIR/wandb_run_id: the W&B run
     LOGDIR/.jaxsrl.lock                   held while a run uses the folder
 
@@ -93,6 +95,11 @@ class RunDir:
     def population_file(self, name: str) -> str:
         """``population/<name>``: ``events.jsonl``, ``lineage.json`` or ``state.json``."""
         return os.path.join(self.population_path, name)
+
+    @property
+    def selfplay_path(self) -> str:
+        """Folder of a self-play run's pools and league (``jaxsrl/workers/population/league_store.py``)."""
+        return os.path.join(self.path, "selfplay")
 
     @property
     def wandb_id_path(self) -> str:

@@ -77,6 +77,7 @@ class Run:
         authenticator and keys (``None`` until made / when not used).
       seed_base: environment seed of the first actor runs.
       population: a ``--population`` run's :class:`~jaxsrl.launch.population.Population`.
+      selfplay: a run's opponent pools (:class:`~jaxsrl.launch.selfplay.SelfPlay`), or ``None``.
     """
 
     cfg: Any
@@ -98,6 +99,7 @@ class Run:
     writer: MetricsWriter | None = None
     evaluator: PeriodicEvaluator | None = None
     population: Any = None
+    selfplay: Any = None
     auth: Any = None
     keys: Any = None
     seed_base: int = 0

@@ -32,6 +32,7 @@ from jaxsrl.launch.periodic_eval import PeriodicEvaluator
 from jaxsrl.launch.population import Population
 from jaxsrl.launch.processes import ChildProcess, local_spawner
 from jaxsrl.launch.remote_inference import RemoteInferenceServers
+from jaxsrl.launch.selfplay import SelfPlay
 from jaxsrl.launch.supervision import ComponentDied
 from jaxsrl.launch.topology import Assigner, server_names
 from jaxsrl.launch.worker_threads import Kind, WorkerThread
@@ -179,11 +180,13 @@ def start(run: Run, setup: AgentSetup) -> None:
     run.auth = security.start_authenticator(run.context, run.keys.allowed()) if run.keys else None
     run.population = Population.of_run(cfg, run.logdir, run.metrics)  # None without --population
     _build_trainers(run, setup)
+    run.selfplay = SelfPlay.of_run(run)  # opponent pools: None without [opponents]
     remote = _build_servers(run, setup)
     manager = (run.population.manager({t.policy: t for t in run.trainers.values()})
                if run.population else None)  # PBT over the members' trainers (before they start)
     run.workers = ([WorkerThread(t, Kind.TRAINER) for t in run.trainers.values()]
                    + ([WorkerThread(manager, Kind.WATCH)] if manager else [])
+                   + ([WorkerThread(run.selfplay.worker, Kind.WATCH)] if run.selfplay else [])
                    + [WorkerThread(s, Kind.SERVER) for s in run.servers.values()]
                    + ([WorkerThread(remote, Kind.REMOTE_SERVERS)] if remote else [])
                    + [WorkerThread(w, Kind.WATCH) for w in run.placement.watchers()])
@@ -255,7 +258,8 @@ def _build_servers(run: Run, setup: AgentSetup) -> RemoteInferenceServers | None
                 run.store, run.metrics, max_rows=max(rows, 1),
                 num_devices=run.placement.local_mesh.size, host=run.bind_host,
                 deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919 * (i + 1) + 104729 * j,
-                actors=run.table, context=run.context, curve=_server_keys(run))
+                actors=run.table, context=run.context, curve=_server_keys(run),
+                opponents=run.selfplay.league if run.selfplay else None)
     if not cfg.remote_inference:
         return None
     return RemoteInferenceServers(
@@ -303,7 +307,8 @@ def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | 
                     "streams": streams, "carry_spec": carry_spec,
                     "timeout_s": cfg.actor_timeout_s, "failover_s": cfg.inference_failover_s,
                     "parent_pid": os.getpid(), "error_file": error_file,
-                    "curve_server_key": keys.server_public.decode() if keys else None}
+                    "curve_server_key": keys.server_public.decode() if keys else None,
+                    "opponents": run.selfplay.actor_spec() if run.selfplay else None}
             run.actors.append(ChildProcess(f"{a.name}[{k}]", spec, table=run.table,
                                            env=keys.client_env(idx) if keys else None,
                                            prefix=tuple(a.launch_prefix), spawner=run.spawner))

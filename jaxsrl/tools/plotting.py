@@ -32,6 +32,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure  # headless: no pyplot, no display
 
 from jaxsrl.experiment.run_dir import RunDir
+from jaxsrl.tools import league
 
 RETURN_KEY = "episode_return_mean"
 POPULATION_PREFIX = "population/"
@@ -302,6 +303,9 @@ def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = N
     if population_quantities(runs):
         root, ext = os.path.splitext(out)
         written.append(population_figure(runs, smoothing, f"{root}_population{ext or '.png'}"))
+    if league.selfplay_policies(runs):  # self-play pools: sizes and ratings
+        root, ext = os.path.splitext(out)
+        written.append(league.selfplay_figure(runs, f"{root}_selfplay{ext or '.png'}"))
     stat_keys = episode_stat_keys(runs, stats) if episode_stats else []
     if stat_keys:
         root, ext = os.path.splitext(out)

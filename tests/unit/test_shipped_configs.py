@@ -25,3 +25,10 @@ def test_tensorboard_is_installed_with_the_package():
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         deps = tomllib.load(f)["project"]["dependencies"]
     assert any(d.split(">")[0].split("=")[0].strip() == "tensorboard" for d in deps), deps
+
+
+def test_hide_and_seek_selfplay_config_adds_opponent_pools_to_the_teams_config():
+    teams = os.path.join(REPO, "configs", "hide_and_seek_teams.toml")
+    pools = os.path.join(REPO, "configs", "hide_and_seek_selfplay.toml")
+    cfg = load_config(["--env=hide_and_seek", f"--config={teams}", f"--config={pools}"])
+    assert cfg.opponents.enabled and cfg.opponents.pool_config().p_latest == 0.8

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxsrl.streams.opponents import OPPONENT
 from jaxsrl.streams.segment import final_name
 
 
@@ -90,12 +91,41 @@ class Group:
         self.logp = np.zeros(env.num_rows, np.float32)
         self.version = [0] * len(streams)
         self.waiting: set = set()
+        self.draws = None  # self-play: a SelfPlayDraws (jaxsrl/workers/actor/opponents.py)
         try:
             self.obs = env.reset()
         except Exception as exc:
             raise EnvError(f"environment reset raised {type(exc).__name__}: {exc}") from exc
         self.buffers = [SegmentBuffer(take_rows(self.obs, r), T, action[0], action[1], c, with_valid)
                         for r, c in zip(self.rows, self.carry)]
+
+
+    def reply_ok(self, msg, i: int, action_shape: tuple) -> bool:
+        """Stream ``i``'s reply has every array this group needs, with the right shapes
+        (values are cast on assignment); else False, with ``meta["error"]`` saying why."""
+        n = len(self.rows[i])
+        expected = {"action": (n,) + tuple(action_shape), "logp": (n,)}
+        expected.update({k: v.shape for k, v in self.carry[i].items()})
+        if self.draws:
+            expected[OPPONENT] = (n,)
+        bad = [k for k, shape in expected.items()
+               if k not in msg.arrays or tuple(msg.arrays[k].shape) != tuple(shape)]
+        if bad:
+            msg.meta["error"] = f"arrays {bad} missing or of the wrong shape"
+            return False
+        return isinstance(msg.meta.get("version"), int)
+
+    def store_reply(self, msg, i: int) -> None:
+        """Keep stream ``i``'s (checked) reply: actions, log-probabilities, version, the
+        rows' new carry and, in self-play, what served each row."""
+        rows = self.rows[i]
+        self.action[rows] = msg.arrays["action"]
+        self.logp[rows] = msg.arrays["logp"]
+        self.version[i] = int(msg.meta["version"])
+        for name in self.carry[i]:
+            self.carry[i][name][:] = msg.arrays[name]
+        if self.draws:
+            self.draws.answered(i, msg.arrays[OPPONENT])
 
 
 def take_rows(named: dict, rows: np.ndarray) -> dict:

@@ -96,6 +96,8 @@ class ActorSpec:
       error_file: where a failing environment's traceback goes (``None``: nowhere).
       curve_server_key: z85 server public key: every socket is a CURVE client of it
         (the actor's keypair comes from its environment); ``None``: no CURVE.
+      opponents: self-play opponent pools (``{"p_latest": float}``,
+        ``jaxsrl/workers/actor/opponents.py``), or ``None``.
     """
 
     actor_id: int
@@ -116,6 +118,7 @@ class ActorSpec:
     parent_pid: int | None = None
     error_file: str | None = None
     curve_server_key: str | None = None
+    opponents: dict | None = None
 
     def __post_init__(self):
         if self.startup_timeout_s is None:

@@ -50,13 +50,14 @@ With ``spec["curve_server_key"]`` set, every socket is a CURVE client of that se
 key, with this actor's keypair from the environment (:mod:`jaxsrl.streams.security`).
 
 In one process with other workers (tests, a serial launcher), :class:`Actor` is a
-:class:`~jaxsrl.core.worker.Worker`: ``run()`` in a thread, ``stop.set()`` ends it
-within ``_POLL_SLICE_MS`` (a segment waiting for room in the learner's queue is
-dropped then).
+:class:`~jaxsrl.core.worker.Worker`: ``run()`` in a thread; ``stop.set()`` ends it
+within ``_POLL_SLICE_MS`` (dropping a segment waiting for the learner's queue).
 
-Files: this one is the event loop; :mod:`~jaxsrl.workers.actor.spec` the spec,
-:mod:`~jaxsrl.workers.actor.segments` a ring slot and its segment buffers,
-:mod:`~jaxsrl.workers.actor.policy_stream` one policy's sockets and failover state.
+Self-play (``spec.opponents``): requests carry ``opponent`` (and finished ``games`` in
+meta), replies say what served each row; rows played by snapshots are not sent
+(:mod:`~jaxsrl.workers.actor.opponents`). Files: this one is the event loop;
+:mod:`~jaxsrl.workers.actor.spec` the spec, :mod:`~jaxsrl.workers.actor.segments` a ring
+slot and its buffers, :mod:`~jaxsrl.workers.actor.policy_stream` one policy's sockets.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
 import zmq
 
 from jaxsrl.core.child import report_failure, start_child, write_error
@@ -75,6 +77,8 @@ from jaxsrl.core.worker import Worker
 from jaxsrl.envs import env_has_idle_rows, make_actor_env
 from jaxsrl.streams import security, wire
 from jaxsrl.streams.spaces import action_leaf
+from jaxsrl.streams.opponents import OPPONENT
+from jaxsrl.workers.actor.opponents import SelfPlayDraws
 from jaxsrl.workers.actor.policy_stream import PolicyStream
 from jaxsrl.workers.actor.segments import EnvError, Group, take_rows
 from jaxsrl.workers.actor.spec import ActorSpec
@@ -141,6 +145,11 @@ class Actor(Worker):
             self.groups.append(Group(env, self.streams, self.T, spec.carry_spec, self.action_leaf,
                                      env_has_idle_rows(spec.env)))  # rows of absent agents
         self.timing = {"env_s": 0.0, "wait_s": 0.0}
+        rng = np.random.default_rng([spec.seed, spec.actor_id, spec.run_id, 1729])
+        for group in self.groups:  # self-play: who plays each episode (None: latest only)
+            group.draws = SelfPlayDraws(spec.opponents["p_latest"], group.rows,
+                                        [s.policy for s in self.streams], group.env.num_envs,
+                                        rng, group.env.num_rows) if spec.opponents else None
 
     def _request(self, g: int) -> None:
         for i in range(len(self.streams)):
@@ -153,6 +162,11 @@ class Actor(Worker):
         arrays = take_rows(group.obs, group.rows[i])
         arrays.update(group.carry[i])
         meta = {"actor": self.actor_id, "run": self.run_id, "group": g}
+        if group.draws:
+            arrays[OPPONENT] = group.draws.request[i].copy()
+            games = group.draws.take_games() if i == 0 else None
+            if games:
+                meta["games"] = games
         stream.inference.send_multipart(wire.encode("act", arrays, meta), copy=False)
         group.waiting.add(i)
 
@@ -247,34 +261,16 @@ class Actor(Worker):
             i, msg = received
             g = msg.meta.get("group")
             if (msg.kind != "action" or not isinstance(g, int) or not 0 <= g < len(self.groups)
-                    or i not in self.groups[g].waiting or not self._reply_ok(msg, g, i)):
+                    or i not in self.groups[g].waiting
+                    or not self.groups[g].reply_ok(msg, i, self.action_leaf[1])):
                 log.warning("dropping unexpected reply kind=%r group=%r %s", msg.kind, g,
                             msg.meta.get("error", ""))
                 continue
             group = self.groups[g]
-            rows = group.rows[i]
-            group.action[rows] = msg.arrays["action"]
-            group.logp[rows] = msg.arrays["logp"]
-            group.version[i] = int(msg.meta["version"])
-            for name in group.carry[i]:
-                group.carry[i][name][:] = msg.arrays[name]
+            group.store_reply(msg, i)
             group.waiting.discard(i)
             if not group.waiting:
                 sent += self._step(g)
-
-    def _reply_ok(self, msg: wire.Message, g: int, i: int) -> bool:
-        """The reply has every array this group needs, with the right shapes (values
-        are cast on assignment, as before)."""
-        group = self.groups[g]
-        n = len(group.rows[i])
-        expected = {"action": (n,) + tuple(self.action_leaf[1]), "logp": (n,)}
-        expected.update({k: v.shape for k, v in group.carry[i].items()})
-        bad = [k for k, shape in expected.items()
-               if k not in msg.arrays or tuple(msg.arrays[k].shape) != tuple(shape)]
-        if bad:
-            msg.meta["error"] = f"arrays {bad} missing or of the wrong shape"
-            return False
-        return isinstance(msg.meta.get("version"), int)
 
     def _step(self, g: int) -> int:
         group = self.groups[g]
@@ -286,6 +282,8 @@ class Actor(Worker):
         self.timing["env_s"] += time.perf_counter() - t0
         group.obs = step.obs
         done = step.terminated | step.truncated
+        if group.draws:
+            group.draws.stepped(step.reward, done, step.valid)
         full = []
         for i, rows in enumerate(group.rows):
             for v in group.carry[i].values():
@@ -306,14 +304,18 @@ class Actor(Worker):
     def _send_segment(self, g: int, i: int) -> None:
         group, buf = self.groups[g], self.groups[g].buffers[i]
         # Environment frames (not agent steps) and episodes are counted on the first stream only.
-        meta = {"actor": self.actor_id, "run": self.run_id, "group": g,
-                "env_steps": group.env.num_envs * buf.T if i == 0 else 0,
-                "episodes": buf.episodes, "timing": dict(self.timing) if i == 0 else {},
-                "failovers": self.failovers if i == 0 else 0}
-        if i == 0:
-            self.timing = {"env_s": 0.0, "wait_s": 0.0}
-            self.failovers = 0
-        self._push(self.streams[i], wire.encode("segment", buf.arrays(), meta))
+        arrays, steps = buf.arrays(), group.env.num_envs * buf.T if i == 0 else 0
+        episodes = buf.episodes
+        if group.draws:  # self-play: rows played by snapshots are not sent
+            arrays, steps, episodes = group.draws.segment(i, arrays, steps, episodes, buf.T)
+        if arrays is not None:
+            meta = {"actor": self.actor_id, "run": self.run_id, "group": g, "env_steps": steps,
+                    "episodes": episodes, "timing": dict(self.timing) if i == 0 else {},
+                    "failovers": self.failovers if i == 0 else 0}
+            if i == 0:
+                self.timing = {"env_s": 0.0, "wait_s": 0.0}
+                self.failovers = 0
+            self._push(self.streams[i], wire.encode("segment", arrays, meta))
         buf.start(take_rows(group.obs, group.rows[i]), group.carry[i])
 
     def _push(self, stream: PolicyStream, frames: list) -> None:

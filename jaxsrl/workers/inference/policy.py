@@ -14,6 +14,12 @@ not those of a live actor of the run (:class:`~jaxsrl.streams.admission.ActorTab
 dropped with a (rate-limited) logged reason and counted in ``dropped_requests``; the
 server keeps serving. Frames larger than any valid array are cut by ZeroMQ before
 they are buffered (``MAXMSGSIZE``: the peer is disconnected).
+
+Self-play (``opponents`` given: the run's opponent pools): requests also carry
+``opponent`` (int32 ``[n]``) and may carry finished games in their meta (``games``,
+handed to the pools); the rows of each parameter version in a batch are run with that
+version's parameters and the reply's ``opponent`` array says which served each row
+(:mod:`jaxsrl.streams.opponents`).
 """
 
 from __future__ import annotations
@@ -31,9 +37,10 @@ from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.streams import wire
 from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, message_ids
 from jaxsrl.streams.carry import CarryCodec
-from jaxsrl.streams.params import ParameterStore
+from jaxsrl.streams.params import ParameterStore, Versioned
 from jaxsrl.streams.sockets import bind, open_socket
 from jaxsrl.streams.spaces import obs_schema, unflatten_obs
+from jaxsrl.streams import opponents as opp
 
 log = logging.getLogger("jaxsrl.policy")
 _MAX_GROUP = 1 << 20
@@ -58,7 +65,9 @@ class PolicyWorker(Worker):
     Metrics: ``inference/batch_rows`` and ``inference/requests`` (means per batch),
     ``inference/latency_ms`` samples (``_p50``/``_p99`` per interval: from noticing a
     batch's first request to its last reply sent), ``inference/batches`` (counter),
-    ``dropped_requests`` and ``stale_run_requests_dropped``.
+    ``dropped_requests`` and ``stale_run_requests_dropped``; with opponent pools the
+    counters ``selfplay/snapshot_rows/<policy>`` (rows served by snapshots) and
+    ``selfplay/carry_resets/<policy>`` (rows whose snapshot left the pool).
 
     Args:
       name: worker name (for logs and errors).
@@ -81,6 +90,8 @@ class PolicyWorker(Worker):
       curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
       port: TCP port to bind (0: a free one; a restarted remote server asks for its
         previous port, so actors' addresses stay valid).
+      opponents: the run's opponent pools (:class:`~jaxsrl.streams.opponents.Opponents`)
+        for self-play, or ``None`` (requests carry no ``opponent`` array).
 
     Attributes:
       drops: the :class:`~jaxsrl.streams.admission.DropLog` of refused requests (its
@@ -91,7 +102,8 @@ class PolicyWorker(Worker):
                  observation_space: Any, store: ParameterStore, metrics: MetricsAccumulator,
                  max_rows: int, num_devices: int = 1, host: str = "127.0.0.1",
                  deadline_ms: float = 0.0, seed: int = 0, actors: ActorTable | None = None,
-                 context: zmq.Context | None = None, curve: tuple | None = None, port: int = 0):
+                 context: zmq.Context | None = None, curve: tuple | None = None, port: int = 0,
+                 opponents: opp.Opponents | None = None):
         super().__init__(name)
         self.policy, self.port = policy, port
         self.actors, self._context, self._curve = actors, context, curve
@@ -99,6 +111,9 @@ class PolicyWorker(Worker):
         self._carry = CarryCodec(initial_carry)
         self._obs_names = list(obs_schema(observation_space))
         self._schema = obs_schema(observation_space) | self._carry.schema()
+        self._opponents = opponents
+        self._request_schema = self._schema | (
+            {opp.OPPONENT: wire.ArraySpec("int32", (None,))} if opponents is not None else {})
         self.store, self.metrics = store, metrics
         self.buckets = bucket_sizes(max_rows, num_devices)
         self.max_rows = self.buckets[-1]
@@ -107,7 +122,7 @@ class PolicyWorker(Worker):
         self.drops = DropLog(log, "request")
         # Largest valid request: max_rows rows of every array (header aside).
         row_bytes = {k: int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
-                     for k, s in self._schema.items()}
+                     for k, s in self._request_schema.items()}
         self.max_bytes = max(1, self.max_rows * sum(row_bytes.values()))
         self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, self.max_rows * max(row_bytes.values()))
         self._pad = {b: {k: np.zeros((b,) + s.shape[1:], s.dtype) for k, s in self._schema.items()}
@@ -123,19 +138,51 @@ class PolicyWorker(Worker):
                             self._carry.to_tree(padded), self._rng)
             jax.block_until_ready(out)
 
-    def _infer(self, named: dict, rows: int) -> tuple[dict, int]:
-        """Run ``act`` on ``rows`` rows (obs and carry arrays); returns reply arrays."""
+    def _infer(self, named: dict, rows: int, versioned: Versioned | None = None) -> tuple[dict, int]:
+        """Run ``act`` on ``rows`` rows (obs and carry arrays) with ``versioned`` (default:
+        the newest parameters); returns reply arrays and the version."""
         bucket = next(b for b in self.buckets if b >= rows)
         padded = self._pad[bucket]
         for k, v in named.items():
             padded[k][:rows] = v
-        versioned = self.store.get(self.policy)
+        versioned = versioned or self.store.get(self.policy)
         self._rng, key = jax.random.split(self._rng)
         action, carry, extras = self._act(
             versioned.params, unflatten_obs({k: padded[k] for k in self._obs_names}),
             self._carry.to_tree(padded), key)
         out = {"action": action, "logp": extras["logp"], **self._carry.to_named(carry)}
         return {k: np.asarray(v)[:rows] for k, v in out.items()}, versioned.version
+
+    def _infer_versions(self, named: dict, rows: int) -> tuple[dict, int]:
+        """:meth:`_infer` per parameter version of the rows' ``opponent`` (self-play);
+        the reply arrays get ``opponent`` (what served each row)."""
+        view = self._opponents.view(self.policy)
+        served, reset = opp.resolve(named.pop(opp.OPPONENT), view)
+        if reset.any():  # a snapshot left the pool: its rows start afresh with another
+            for k in self._carry.names:
+                named[k] = np.array(named[k])
+                named[k][reset] = 0
+            self.metrics.count(f"selfplay/carry_resets/{self.policy}", int(reset.sum()))
+        latest = self.store.get(self.policy)
+        versions = np.unique(served)
+        out: dict = {}
+        for v in versions:
+            params = latest.params if v == opp.LATEST else opp.params_of(view, int(v))
+            if len(versions) == 1:  # one version (e.g. every row latest): no split
+                out, _ = self._infer(named, rows, Versioned(latest.version, params))
+                break
+            idx = np.flatnonzero(served == v)
+            part, _ = self._infer({k: a[idx] for k, a in named.items()}, len(idx),
+                                  Versioned(latest.version, params))
+            for k, a in part.items():
+                if k not in out:
+                    out[k] = np.empty((rows,) + a.shape[1:], a.dtype)
+                out[k][idx] = a
+        snapshot_rows = int((served != opp.LATEST).sum())
+        if snapshot_rows:
+            self.metrics.count(f"selfplay/snapshot_rows/{self.policy}", snapshot_rows)
+        out[opp.OPPONENT] = served
+        return out, latest.version
 
     # -- messaging -----------------------------------------------------------------
     def _parse(self, frames: list) -> tuple[bytes, dict, dict, int] | None:
@@ -153,11 +200,13 @@ class PolicyWorker(Worker):
         if type(group) is not int or not 0 <= group < _MAX_GROUP:  # noqa: E721
             raise wire.WireError(f"meta 'group' must be a small non-negative integer, got {group!r}")
         actor = self.actors.check(msg.meta) if self.actors is not None else None
-        n = wire.check_rows(msg.arrays, self._schema, "observation")
+        n = wire.check_rows(msg.arrays, self._request_schema, "observation")
         if not 0 < n <= self.max_rows:
             raise wire.WireError(f"request of {n} rows; this server takes 1..{self.max_rows}")
         if actor is not None:
             self.actors.seen(actor)
+        if self._opponents is not None and "games" in msg.meta:
+            self._opponents.record_games(msg.meta["games"])  # checks them, never raises
         return identity, msg.meta, msg.arrays, n
 
     def _run(self) -> None:
@@ -211,8 +260,9 @@ class PolicyWorker(Worker):
 
     def _answer(self, sock: zmq.Socket, batch: list, rows: int) -> None:
         named = {k: np.concatenate([b[2][k] for b in batch]) if len(batch) > 1 else batch[0][2][k]
-                 for k in self._schema}
-        out, version = self._infer(named, rows)
+                 for k in self._request_schema}
+        out, version = (self._infer(named, rows) if self._opponents is None
+                        else self._infer_versions(named, rows))
         self.metrics.add_means({"inference/batch_rows": rows, "inference/requests": len(batch)})
         start = 0
         for identity, meta, _, n in batch:
