@@ -20,7 +20,7 @@ excluded), ``choice(v1,v2,...)`` (drawn per sample) and ``grid(v1,v2,...)`` (eve
 value, each ``num_samples`` times: Tune's ``grid_search``).
 
 Writes ``ROOT/summary.json`` and ``ROOT/summary.md``: per trial its values, exit code,
-final and best training return (``episode_return_mean``), env steps, wall-clock
+final (the last reported) and best training return (``episode_return_mean``), env steps, wall-clock
 seconds and run folder, best first. Tune's own files are in ``ROOT/tune/``.
 
 Needs Ray Tune (``pip install 'ray[tune]'``, in the ``[tune]`` extra).
@@ -140,14 +140,15 @@ def run_trial(config: dict, train_args: Sequence[str], logdir: str, report, poll
     argv = [sys.executable, *TRAIN, *train_args, *flags_of(config), f"--logdir={logdir}"]
     started = time.monotonic()
     proc = subprocess.Popen(argv, env=child_env())
-    offset, best, last = 0, None, {}
+    offset, best, final, last = 0, None, None, {}
     try:
         while True:
             done = proc.poll() is not None
             records, offset = _records(RunDir(logdir).metrics_path, offset)
             for r in records:
                 value = _finite(r.get(RETURN_KEY))
-                best = value if best is None or (value is not None and value > best) else best
+                if value is not None:  # the closing record has no return: keep the last one
+                    final, best = value, value if best is None else max(best, value)
                 last = r
                 report({k: v for k, v in r.items() if isinstance(v, (int, float))})
             if done:
@@ -160,7 +161,7 @@ def run_trial(config: dict, train_args: Sequence[str], logdir: str, report, poll
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    return {"rc": proc.returncode, "final_return": _finite(last.get(RETURN_KEY)),
+    return {"rc": proc.returncode, "final_return": final,
             "best_return": best, "env_steps": last.get("env_steps"),
             "wall_s": time.monotonic() - started, "logdir": logdir}
 
