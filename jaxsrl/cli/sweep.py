@@ -1,7 +1,7 @@
 """``jaxsrl-sweep`` / ``python scripts/sweep.py``: independent runs on Ray Tune.
 
     python scripts/sweep.py --root runs/lr_sweep --num_samples 8 --max_concurrent 2 \\
-        --axis 'ppo.lr=loguniform(1e-5,1e-2)' -- --env=CartPole-v1 --total_env_steps=200000
+        --axis 'ppo.learning_rate=loguniform(1e-5,1e-2)' -- --env=CartPole-v1 --total_env_steps=200000
 
 Flags before ``--`` are the sweep's; those after it are the train command's, shared by
 every trial. See :mod:`jaxsrl.tools.sweep` for the axes and the summary it writes.

@@ -11,7 +11,7 @@ results (so a Tune scheduler such as ASHA can stop it early), and writes a summa
 table. ``scripts/sweep.py`` is the command line::
 
     python scripts/sweep.py --root runs/lr_sweep --num_samples 8 --max_concurrent 2 \\
-        --axis 'ppo.lr=loguniform(1e-5,1e-2)' --axis 'seed=choice(0,1)' \\
+        --axis 'ppo.learning_rate=loguniform(1e-5,1e-2)' --axis 'seed=choice(0,1)' \\
         -- --env=CartPole-v1 --total_env_steps=200000
 
 Axes (``NAME=KIND(ARGS)``, NAME a train flag without ``--``; values are Python
@@ -50,7 +50,7 @@ _OWN_FLAGS = ("--logdir", "--resume", "--overwrite")
 
 
 def parse_axis(text: str) -> tuple[str, str, tuple]:
-    """``"ppo.lr=loguniform(1e-5,1e-2)"`` -> ``("ppo.lr", "loguniform", (1e-05, 0.01))``.
+    """``"ppo.learning_rate=loguniform(1e-5,1e-2)"`` -> ``("ppo.lr", "loguniform", (1e-05, 0.01))``.
 
     Raises:
       ValueError: not ``NAME=KIND(ARGS)``, an unknown kind, arguments that are not
@@ -58,7 +58,7 @@ def parse_axis(text: str) -> tuple[str, str, tuple]:
     """
     m = _AXIS.match(text)
     if not m:
-        raise ValueError(f"axis {text!r}: expected NAME=KIND(ARGS), e.g. 'ppo.lr=loguniform(1e-5,1e-2)'")
+        raise ValueError(f"axis {text!r}: expected NAME=KIND(ARGS), e.g. 'ppo.learning_rate=loguniform(1e-5,1e-2)'")
     name, kind, body = m.groups()
     if kind not in KINDS:
         raise ValueError(f"axis {text!r}: unknown kind {kind!r}; valid: {', '.join(KINDS)}")
