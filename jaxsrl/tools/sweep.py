@@ -50,7 +50,7 @@ _OWN_FLAGS = ("--logdir", "--resume", "--overwrite")
 
 
 def parse_axis(text: str) -> tuple[str, str, tuple]:
-    """``"ppo.learning_rate=loguniform(1e-5,1e-2)"`` -> ``("ppo.lr", "loguniform", (1e-05, 0.01))``.
+    """``"ppo.learning_rate=loguniform(1e-5,1e-2)"`` -> ``("ppo.learning_rate", "loguniform", (1e-05, 0.01))``.
 
     Raises:
       ValueError: not ``NAME=KIND(ARGS)``, an unknown kind, arguments that are not
@@ -90,7 +90,7 @@ def search_space(axes: Sequence[tuple[str, str, tuple]]) -> dict:
 
 
 def flags_of(values: dict) -> list[str]:
-    """``{"ppo.lr": 0.001, "seed": 1}`` -> ``["--ppo.lr=0.001", "--seed=1"]``."""
+    """``{"ppo.learning_rate": 0.001, "seed": 1}`` -> ``["--ppo.learning_rate=0.001", "--seed=1"]``."""
     return [f"--{name}={value}" for name, value in values.items()]
 
 
