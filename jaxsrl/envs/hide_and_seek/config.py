@@ -84,6 +84,12 @@ class HideAndSeekConfig:
     timestep: float = 0.005
     n_substeps: int = 15
     """Physics steps per env step: 15 x 0.005 s = 0.075 s."""
+    physics_sleep: bool = True
+    """Deviation kept on purpose (speed; dynamics unchanged as measured, docs/hide_and_seek.md):
+    MuJoCo's sleeping islands (``<flag sleep="enable"/>``, MuJoCo >= 3.4). A box or ramp whose
+    velocities stay below 1e-3 m/s for 10 substeps is frozen until an awake body touches it or
+    a grab weld ties it to an agent; agents (actuated) never sleep. The released MuJoCo 2.0 had
+    no sleeping. False simulates every body every substep."""
     gravity: float = -50.0
     """mae:hide_and_seek.py:230; mae:modules/world.py:19-31 (m/s^2)."""
     friction: float = 0.2

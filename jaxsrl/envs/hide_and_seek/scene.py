@@ -59,7 +59,8 @@ def build_mjcf(cfg: HideAndSeekConfig, layout: Layout) -> str:
     n_b, n_r = len(layout.boxes), len(layout.ramps)
     out = [
         '<mujoco model="hide_and_seek">',
-        f'<option timestep="{cfg.timestep:g}" gravity="0 0 {cfg.gravity:g}"/>',
+        f'<option timestep="{cfg.timestep:g}" gravity="0 0 {cfg.gravity:g}">'
+        f'<flag sleep="{"enable" if cfg.physics_sleep else "disable"}"/></option>',
         '<default><geom condim="3"/></default>',
         f'<asset><mesh name="ramp" vertex="{_f(ramp_vertices(cfg.ramp_size))}"/></asset>',
         "<worldbody>",
