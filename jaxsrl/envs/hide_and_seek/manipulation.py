@@ -88,6 +88,8 @@ class Manipulation:
         # Ramp bodies sit at the wedge's base: the cuboid centre is half its height above.
         self._centre_dz = np.concatenate([np.zeros(b), np.full(index.n_ramps, cfg.ramp_size[2] / 2)])
         self._lockable = np.concatenate([np.ones(b, bool), np.full(index.n_ramps, bool(cfg.lock_ramp))])
+        self._agent_bodies = index.body[:a]
+        self._obj_bodies = index.body[a : a + o]
 
     @property
     def lock_team(self) -> np.ndarray:
@@ -98,11 +100,17 @@ class Manipulation:
         idx, d = self._idx, self._d
         if idx.n_objects == 0:
             return np.zeros((idx.n_agents, 0))
-        bodies = idx.body
-        centres = d.xpos[bodies[idx.n_agents :]].copy()
+        centres = d.xpos[self._obj_bodies]  # [O, 3] body origins
         centres[:, 2] += self._centre_dz
-        yaw = d.qpos[DOFS_PER_BODY * idx.n_agents + 3 :: DOFS_PER_BODY][: idx.n_objects]
-        return dist_to_cuboid(d.xpos[bodies[: idx.n_agents]], centres, self._half, yaw)
+        rel = d.xpos[self._agent_bodies][:, None, :] - centres[None]  # [A, O, 3]
+        # Objects turn about z only: their body frame's x, y axes are xmat's columns 0, 1.
+        rot = d.xmat[self._obj_bodies]  # [O, 9] row-major
+        lx = rel[..., 0] * rot[:, 0] + rel[..., 1] * rot[:, 3]
+        ly = rel[..., 0] * rot[:, 1] + rel[..., 1] * rot[:, 4]
+        gx = np.maximum(np.abs(lx) - self._half[:, 0], 0.0)
+        gy = np.maximum(np.abs(ly) - self._half[:, 1], 0.0)
+        gz = np.maximum(np.abs(rel[..., 2]) - self._half[:, 2], 0.0)
+        return np.sqrt(gx * gx + gy * gy + gz * gz)
 
     def apply(self, grab: np.ndarray, lock: np.ndarray, seen_objects: np.ndarray) -> None:
         """Update welds before the physics step.
@@ -114,21 +122,30 @@ class Manipulation:
         """
         if self._idx.n_objects == 0:
             return
+        pressing_lock, locked_any = bool(lock.any()), bool(self.locked.any())
+        pressing_grab, holding = bool(grab.any()), bool((self.held >= 0).any())
+        if not (pressing_lock or locked_any or pressing_grab or holding):
+            return  # nothing to decide: no lock or grab pressed, none held
         dist = self.distances()
         usable = seen_objects & (dist <= self._reach)  # [A, O]
-        self._lock(lock, usable & self._lockable[None, :])
-        self._grab(grab, usable, dist)
+        if pressing_lock or locked_any:
+            self._lock(lock, usable & self._lockable[None, :])
+        if pressing_grab or holding:
+            self._grab(grab, usable, dist)
 
     def _lock(self, lock: np.ndarray, usable: np.ndarray) -> None:
         idx, d, m = self._idx, self._d, self._m
         desired = usable & lock[:, None]
         not_desired = usable & ~lock[:, None]
         deciders = self.team[:, None] == self.team[self.which_locked][None, :]  # [A, O]
-        to_unlock = np.any(not_desired & deciders, axis=0)
-        to_lock = np.any(desired, axis=0) & ~to_unlock
-        for obj in np.flatnonzero(to_unlock & self.locked):
+        to_unlock = (not_desired & deciders).any(axis=0)
+        to_lock = desired.any(axis=0) & ~to_unlock
+        gone, new = to_unlock & self.locked, to_lock & ~self.locked
+        if not (gone.any() or new.any()):
+            return
+        for obj in np.flatnonzero(gone):
             d.eq_active[idx.lock_eq(int(obj))] = 0
-        for obj in np.flatnonzero(to_lock & ~self.locked):
+        for obj in np.flatnonzero(new):
             obj = int(obj)
             self.which_locked[obj] = int(self._rng.choice(np.flatnonzero(desired[:, obj])))
             self.lock_events[self.team[self.which_locked[obj]]] += 1

@@ -58,6 +58,12 @@ class Vision:
         self._vec = np.zeros((a, n + cfg.n_lidar, 3), np.float64)
         self._ids = np.zeros((a, n + cfg.n_lidar), np.int32)
         self._hit = np.zeros((a, n + cfg.n_lidar), np.float64)
+        self._vec[:, n:, 0] = self._lidar_cos[None, :]  # world frame: ray 0 along +x, fixed
+        self._vec[:, n:, 1] = self._lidar_sin[None, :]
+        self._diag = (np.arange(a), np.arange(a))
+        self._not_eye = ~self._eye
+        self._flat_rays = [self._vec[i].reshape(-1) for i in range(a)]  # views
+        self._eye_bodies = [int(b) for b in index.body[:a]]
 
     def sense(self, data: mujoco.MjData) -> tuple[np.ndarray, np.ndarray]:
         idx, m = self._idx, self._model
@@ -71,21 +77,20 @@ class Vision:
         rays = self._vec
         vec = rays[:, :n]  # [A, N, 3] view
         np.subtract(targets[None, :, :], eyes[:, None, :], out=vec)
-        vec[self._eye] = (1.0, 0.0, 0.0)  # self: any unit vector, masked below
+        vec[self._diag] = (1.0, 0.0, 0.0)  # self: any unit vector, masked below
         dist = np.sqrt(np.einsum("ijk,ijk->ij", vec, vec))  # [A, N]
         planar = np.hypot(vec[..., 0], vec[..., 1])
         in_cone = vec[..., 0] * cos[:, None] + vec[..., 1] * sin[:, None] >= self._cos_half * planar - 1e-9
         vec /= dist[..., None]
-        rays[:, n:, 0] = self._lidar_cos[None, :]  # world frame: ray 0 along +x
-        rays[:, n:, 1] = self._lidar_sin[None, :]
 
         ids, hit, groups = self._ids, self._hit, self._groups
         multi_ray = mujoco.mj_multiRay
-        for i in range(a):
-            multi_ray(m, data, eyes[i], rays[i].ravel(), groups, 1, int(bodies[i]), ids[i], hit[i], None, n + nl, 1e6)
+        flat = self._flat_rays
+        for i, body in enumerate(self._eye_bodies):
+            multi_ray(m, data, eyes[i], flat[i], groups, 1, body, ids[i], hit[i], None, n + nl, 1e6)
         los_ids, los_hit = ids[:, :n], hit[:, :n]
         clear = (los_ids < 0) | (los_hit >= dist - 1e-6) | (los_ids == self._target_geom[None, :])
-        visible = in_cone & clear & ~self._eye
+        visible = in_cone & clear & self._not_eye
         lid_ids, lid_hit = ids[:, n:], hit[:, n:]
         rng = self._lidar_range
         lidar = np.where(lid_ids < 0, rng, lid_hit).astype(np.float32)  # not capped, as released
