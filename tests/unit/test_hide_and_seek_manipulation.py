@@ -1,6 +1,7 @@
 """Grab and lock as released (mae:wrappers/manipulation.py), on hand-built arenas.
 
-Agents face +x unless stated; a 0.5 m cube at x = c is at a centre-to-surface
+Agent poses are (x, y, facing): the agent's front points at ``facing`` (its joint yaw is
+facing + 90 degrees, mae:modules/agents.py:83). Agents face +x unless stated; a 0.5 m cube at x = c is at a centre-to-surface
 distance of c - 0.25 from an agent at the origin. ``env.held`` / ``env.lock_team``
 read the state; box rows end with the lock flags (you_locked, team_locked, obj_locked).
 """
@@ -19,6 +20,8 @@ def setup(hiders, seekers, boxes=(), ramps=(), variant="quadrant", seed=None):
     env = make_env(variant, n_hiders=(1, 2), n_seekers=(1, 2), horizon=60, prep_fraction=0.0)
     if seed is not None:
         env.reset(seed=seed)
+    off = np.deg2rad(env.config.facing_offset_deg)
+    hiders, seekers = ([(x, y, f - off) for x, y, f in team] for team in (hiders, seekers))
     layout = Layout(outer_walls(env.config), hiders, seekers, boxes, [CUBE] * len(boxes), ramps)
     obs, _ = env.reset(options={"layout": layout})
     return env, obs

@@ -2,7 +2,9 @@
 vision, reward, preparation, out of bounds, lidar. Grab and lock: test_hide_and_seek_manipulation.py.
 
 Conventions: a 6 m floor centred on the origin (outer walls' inner faces at +-2.85 m),
-one hider and one seeker; poses are (x, y, yaw); action bins 0..10 with 5 = no force.
+one hider and one seeker; poses are (x, y, facing), facing the direction of the agent's
+front (its joint yaw is facing + 90 degrees, mae:modules/agents.py:83); action bins 0..10
+with 5 = no force.
 """
 
 import numpy as np
@@ -15,9 +17,14 @@ PUSH_X = [10, 5, 5, 0, 0]  # full force along +x
 CUBE = [0.5, 0.5, 0.5]
 
 
+def facing(pose, env):
+    """Layout pose (x, y, joint yaw) of an agent whose front points at ``pose[2]``."""
+    return (pose[0], pose[1], pose[2] - np.deg2rad(env.config.facing_offset_deg))
+
+
 def arena(env, hider, seeker, boxes=(), ramps=(), walls=None):
     walls = outer_walls(env.config) if walls is None else walls
-    layout = Layout(list(walls), [hider], [seeker], list(boxes), [CUBE] * len(boxes), list(ramps))
+    layout = Layout(list(walls), [facing(hider, env)], [facing(seeker, env)], list(boxes), [CUBE] * len(boxes), list(ramps))
     obs, _ = env.reset(options={"layout": layout})
     return obs
 
@@ -144,3 +151,13 @@ def test_lidar_reports_hits_beyond_its_range():
     lidar = obs["hider_0"]["lidar"]
     assert lidar[0] == pytest.approx(7.5 - 0.25, abs=1e-3)  # distance to the first hit, not capped
     assert lidar[15] == 6.0  # nothing hit: lidar_range
+
+
+def test_agents_face_minus_y_at_yaw_zero():
+    """The front is yaw - 90 degrees (mae:modules/agents.py:83): at the initial yaw 0 an
+    agent looks along -y, so a box at -y is seen and one at +x is not."""
+    env = hs_env()
+    walls = outer_walls(env.config)
+    layout = Layout(walls, [(0.0, 0.0, 0.0)], [(-2.5, 2.5, 0.0)], [(0.0, -1.5, 0.0), (1.5, 0.0, 0.0)], [CUBE] * 2, [])
+    obs, _ = env.reset(options={"layout": layout})
+    assert obs["hider_0"]["boxes_mask"][:2].tolist() == [1.0, 0.0]

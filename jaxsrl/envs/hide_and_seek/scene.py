@@ -8,7 +8,8 @@ Body order: hiders, seekers, boxes, ramps. Agents have three motors (force x,
 force y, torque z). Grabbing and locking are weld equalities created inactive:
 one per (agent, object) pair and one per object to the world.
 
-Geom groups (used by the ray casts): 0 floor, 1 walls, 2 boxes, 3 ramps, 4 agents.
+Geom groups (used by the ray casts): 0 floor, 1 walls, 2 boxes, 3 ramps, 4 agents (and
+their arms, ``ARM_OFFSETS``, when ``agent_arms``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from jaxsrl.envs.hide_and_seek.layout import Layout
 
 GROUP_FLOOR, GROUP_WALL, GROUP_BOX, GROUP_RAMP, GROUP_AGENT = 0, 1, 2, 3, 4
 DOFS_PER_BODY = 4
+ARM_RADIUS = 0.05
+ARM_OFFSETS = ((-0.13, -0.075, -0.05), (0.13, -0.075, -0.05))
+"""Centres of the two massless arm spheres in the agent's frame (m), particle_hinge.xml:14-15:
+on the -y side, the agent's front at yaw 0 (mae:modules/agents.py:83)."""
 
 
 def ramp_vertices(size: tuple[float, float, float]) -> np.ndarray:
@@ -53,6 +58,18 @@ def _mu(value: float) -> str:
 
 
 
+def _arms(cfg: HideAndSeekConfig, name: str, rgba: str) -> str:
+    """The agent's two arm geoms: mass 0, the agent's friction (set_geom_attr_transform sets
+    every geom of the agent, mae:modules/agents.py:41-42)."""
+    if not cfg.agent_arms:
+        return ""
+    return "".join(
+        f'<geom name="{name}_arm{k + 1}" type="sphere" size="{ARM_RADIUS:g}" mass="0" pos="{_f(pos)}" '
+        f'{_mu(cfg.other_friction)} group="{GROUP_AGENT}" rgba="{rgba}"/>'
+        for k, pos in enumerate(ARM_OFFSETS)
+    )
+
+
 def build_mjcf(cfg: HideAndSeekConfig, layout: Layout) -> str:
     """MJCF text of the scene. Initial poses are not in the XML: the env writes qpos."""
     n_h, n_s = len(layout.hiders), len(layout.seekers)
@@ -78,7 +95,7 @@ def build_mjcf(cfg: HideAndSeekConfig, layout: Layout) -> str:
         out.append(
             f'<body name="{name}">{_joints(name, cfg.agent_damping, cfg.agent_z_damping, cfg.agent_angular_damping)}'
             f'<geom name="{name}" type="sphere" size="{cfg.agent_radius:g}" mass="{cfg.agent_mass:g}" '
-            f'{_mu(cfg.other_friction)} group="{GROUP_AGENT}" rgba="{rgba}"/></body>'
+            f'{_mu(cfg.other_friction)} group="{GROUP_AGENT}" rgba="{rgba}"/>{_arms(cfg, name, rgba)}</body>'
         )
     for k, size in enumerate(layout.box_sizes):
         out.append(

@@ -3,9 +3,11 @@
 Line of sight is one ray from the observer's centre to the target's centre (agent
 centre, box centre, ramp centroid), as released (mae:util/vision.py:41-66). Everything
 solid but the floor occludes: boxes, ramps, other agents and, with ``rays_hit_walls``
-(default; a deviation, see config.py), walls. A target is visible
-when it is inside the cone (measured in the x-y plane) and the first thing the ray
-meets is the target itself or lies beyond the target's centre.
+(default; a deviation, see config.py), walls. The cone's axis is the agent's front, at
+yaw + ``facing_offset_deg`` (-90 as released, mae:modules/agents.py:83). A target is
+visible when it is inside the cone (measured in the x-y plane) and the first thing the
+ray meets belongs to the target's body (an agent's arms count, ``check_body``,
+mae:util/vision.py:41-60) or lies beyond the target's centre.
 
 Lidar (mae:wrappers/lidar.py:34-38, 96-105): ``n_lidar`` horizontal rays from the
 agent's centre in the world frame, ray ``k`` at angle 2 pi k / n_lidar from +x,
@@ -52,6 +54,10 @@ class Vision:
         self._n_lidar = cfg.n_lidar
         self._geom_body = model.geom_bodyid
         self._target_geom = index.geom[:n]  # [N]
+        self._target_body = index.body[:n]  # [N]
+        # geom id -> body id, with one extra entry so that "no hit" (-1) maps to -1
+        self._body_of = np.append(model.geom_bodyid, -1).astype(np.int64)
+        self._facing = float(np.deg2rad(cfg.facing_offset_deg))
         self._eye = np.eye(a, n, dtype=bool)
         # One ray bundle per observer: N line-of-sight rays then L lidar rays.
         # Rows are contiguous views, written in place by mj_multiRay.
@@ -71,7 +77,7 @@ class Vision:
         bodies = idx.body
         eyes = data.xpos[bodies[:a]]  # [A, 3] agent centres
         targets = data.geom_xpos[self._target_geom]  # [N, 3]
-        yaw = data.qpos[3 : 4 * a : 4]  # [A]
+        yaw = data.qpos[3 : 4 * a : 4] + self._facing  # [A] direction of each agent's front
         cos, sin = np.cos(yaw), np.sin(yaw)
 
         rays = self._vec
@@ -89,7 +95,8 @@ class Vision:
         for i, body in enumerate(self._eye_bodies):
             multi_ray(m, data, eyes[i], flat[i], groups, 1, body, ids[i], hit[i], None, n + nl, 1e6)
         los_ids, los_hit = ids[:, :n], hit[:, :n]
-        clear = (los_ids < 0) | (los_hit >= dist - 1e-6) | (los_ids == self._target_geom[None, :])
+        hit_body = self._body_of[los_ids]  # [A, N], -1 where nothing was hit
+        clear = (los_ids < 0) | (los_hit >= dist - 1e-6) | (hit_body == self._target_body[None, :])
         visible = in_cone & clear & self._not_eye
         lid_ids, lid_hit = ids[:, n:], hit[:, n:]
         rng = self._lidar_range
