@@ -161,3 +161,37 @@ def test_agents_face_minus_y_at_yaw_zero():
     layout = Layout(walls, [(0.0, 0.0, 0.0)], [(-2.5, 2.5, 0.0)], [(0.0, -1.5, 0.0), (1.5, 0.0, 0.0)], [CUBE] * 2, [])
     obs, _ = env.reset(options={"layout": layout})
     assert obs["hider_0"]["boxes_mask"][:2].tolist() == [1.0, 0.0]
+
+
+def test_prep_statistics_snapshot_is_3d_and_taken_after_step_33():
+    """As released (mae:hide_and_seek.py:60-78): the "prep" statistics are taken after the
+    first step at which min(1, t / (32 + 1e-5)) == 1.0, i.e. step 33, and movement is the
+    3-D norm. A push in step 33 counts as preparation movement (it would not at step 32)."""
+    env = hs_env(prep_fraction=0.4, horizon=80)
+    arena(env, hider=(-0.9, 0.0, 0.0), seeker=(-2.5, 2.5, 0.0), boxes=[(-0.5, 0.0, 0.0)])
+    flags = []
+    for t in range(1, 81):
+        _, _, _, _, info = env.step({"hider_0": PUSH_X if t == 33 else NOOP})
+        flags.append(info["hider_0"]["in_prep_phase"])
+        if t == 33:
+            moved = float(np.linalg.norm(env.data.qpos[8:11] - [-0.5, 0.0, 0.25]))
+    assert flags == [True] * 31 + [False] * 49  # the next step is in preparation
+    stats = info["hider_0"]["episode_stats"]
+    assert moved > 0.01
+    assert stats["box_move_prep_max"] == pytest.approx(moved, abs=1e-9)
+
+
+def test_statistics_movement_is_the_3d_norm():
+    from jaxsrl.envs.hide_and_seek.scene import SceneIndex
+    from jaxsrl.envs.hide_and_seek.stats import EpisodeStats
+
+    idx = SceneIndex(1, 1, 1, 0, np.arange(3), np.arange(3), 0)
+    q0 = np.zeros((3, 4))
+    stats = EpisodeStats(idx, 0, q0)
+    q1 = q0.copy()
+    q1[2, :3] = [0.3, 0.0, 0.4]  # the box moved 0.3 in x and rose 0.4: 0.5 m (x-y alone: 0.3)
+    lock = np.full(1, -1)
+    stats.record(q1, lock, np.full(2, -1), np.array([0, 1]), False, True, 0.0, 0)
+    out = stats.summary(q1, lock, np.zeros(2, np.int64))
+    assert out["box_move_prep_max"] == pytest.approx(0.5)
+    assert out["box_move_end_mean"] == pytest.approx(0.5)

@@ -14,7 +14,8 @@ opposite; nothing during preparation. After it, an agent whose centre is outside
 bounds square gets ``-boundary_penalty`` instead, and in the quadrant game every agent
 does while any box or ramp is outside (mae:limit_mvmnt.py:37-55). At the horizon every agent is truncated (never
 terminated) and its info carries ``"episode_stats"`` (see ``stats.py``); call
-``reset`` to start again.
+``reset`` to start again. Every info has ``"in_prep_phase"``: whether the next step is
+still in the preparation phase (as released, mae:prep_phase.py:42-44).
 """
 
 from __future__ import annotations
@@ -164,16 +165,17 @@ class HideAndSeekEnv(ParallelEnv):
         self._stats.record(q, m.lock_team, m.held, self._team, any_seen, in_prep, team_r, int(out.sum()))
 
         done = self._t >= cfg.horizon
+        next_in_prep = self._t < cfg.prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
         agents = self.agents
         rewards = {n: float(rew[i]) for i, n in enumerate(agents)}
         terms = dict.fromkeys(agents, False)
         truncs = dict.fromkeys(agents, done)
         if done:
             stats = self._stats.summary(q, m.lock_team, m.lock_events)
-            infos = {n: {"episode_stats": dict(stats)} for n in agents}
+            infos = {n: {"in_prep_phase": next_in_prep, "episode_stats": dict(stats)} for n in agents}
             self.agents = []
         else:
-            infos = {n: {} for n in agents}
+            infos = {n: {"in_prep_phase": next_in_prep} for n in agents}
         return obs, rewards, terms, truncs, infos
 
     def render(self) -> np.ndarray | None:
