@@ -1,4 +1,5 @@
-"""Grab and lock as released (mae:wrappers/manipulation.py), on weld equalities.
+"""Grab and lock as released (mae:wrappers/manipulation.py): grab on weld equalities,
+lock on joint limits.
 
 Reach (both actions): the distance from the agent's centre to the surface of the
 object's cuboid (``dist_pt_to_cuboid``, mae:util/geometry.py:5-54) is at most
@@ -18,8 +19,10 @@ team before any lock). If a decider does not press lock, the object unlocks (or 
 unlocked); otherwise, if anyone in reach and seeing it presses lock, it locks (or stays
 locked). A new lock's locker is drawn at random among the pressers (:343-344). So a
 lock holds while a teammate near it keeps pressing, and only the locking team can
-undo it. Ramps are lockable only if ``lock_ramp``. A locked object is welded to the
-world where it stands (the original limits its joints to their current values).
+undo it. Ramps are lockable only if ``lock_ramp``. Locking sets the range of each of the
+object's four joints to its current value and turns the limit on; unlocking turns it off
+(``jnt_range``/``jnt_limited``, mae:manipulation.py:327-344). Velocities are not touched:
+the limit constraint stops the object, as released.
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ class Manipulation:
         self._lockable = np.concatenate([np.ones(b, bool), np.full(index.n_ramps, bool(cfg.lock_ramp))])
         self._agent_bodies = index.body[:a]
         self._obj_bodies = index.body[a : a + o]
+        self._obj_joints = [model.body_jntadr[bd] + np.arange(DOFS_PER_BODY) for bd in self._obj_bodies]
 
     @property
     def lock_team(self) -> np.ndarray:
@@ -144,17 +148,14 @@ class Manipulation:
         if not (gone.any() or new.any()):
             return
         for obj in np.flatnonzero(gone):
-            d.eq_active[idx.lock_eq(int(obj))] = 0
+            m.jnt_limited[self._obj_joints[obj]] = False
         for obj in np.flatnonzero(new):
             obj = int(obj)
             self.which_locked[obj] = int(self._rng.choice(np.flatnonzero(desired[:, obj])))
             self.lock_events[self.team[self.which_locked[obj]]] += 1
-            e, body = idx.lock_eq(obj), int(idx.body[idx.n_agents + obj])
-            m.eq_data[e, :3] = 0.0
-            m.eq_data[e, 3:10] = _relpose(d, body, 0)
-            d.eq_active[e] = 1
-            k = DOFS_PER_BODY * (idx.n_agents + obj)
-            d.qvel[k : k + DOFS_PER_BODY] = 0.0
+            joints = self._obj_joints[obj]
+            m.jnt_range[joints] = d.qpos[m.jnt_qposadr[joints]][:, None]
+            m.jnt_limited[joints] = True
         self.locked = (self.locked & ~to_unlock) | to_lock
 
     def _grab(self, grab: np.ndarray, usable: np.ndarray, dist: np.ndarray) -> None:

@@ -5,8 +5,8 @@ slide x, slide y, slide z (passive, under gravity: agents can climb ramps and bo
 and a hinge about z. Hence ``qpos`` reshaped to ``[n_movable, 4]`` reads directly as
 ``(x, y, z, yaw)`` in world coordinates, and ``qvel`` as ``(vx, vy, vz, wz)``.
 Body order: hiders, seekers, boxes, ramps. Agents have three motors (force x,
-force y, torque z). Grabbing and locking are weld equalities created inactive:
-one per (agent, object) pair and one per object to the world.
+force y, torque z). Grabbing is a weld equality created inactive, one per (agent, object)
+pair; locking limits the object's joints to their current values (manipulation.py).
 
 Geom groups (used by the ray casts): 0 floor, 1 walls, 2 boxes, 3 ramps, 4 agents (and
 their arms, ``ARM_OFFSETS``, when ``agent_arms``).
@@ -118,8 +118,6 @@ def build_mjcf(cfg: HideAndSeekConfig, layout: Layout) -> str:
     for name in agent_names:  # grab welds, index a * n_objects + o
         for obj in objects:
             out.append(f'<weld body1="{name}" body2="{obj}" active="false" solref="0.02 1"/>')
-    for obj in objects:  # lock welds to the world, index n_agents * n_objects + o
-        out.append(f'<weld body1="{obj}" active="false" solref="0.01 1"/>')
     out.append("</equality></mujoco>")
     return "".join(out)
 
@@ -150,9 +148,6 @@ class SceneIndex:
 
     def grab_eq(self, agent: int, obj: int) -> int:
         return agent * self.n_objects + obj
-
-    def lock_eq(self, obj: int) -> int:
-        return self.n_agents * self.n_objects + obj
 
 
 def compile_scene(cfg: HideAndSeekConfig, layout: Layout) -> tuple[mujoco.MjModel, SceneIndex]:
