@@ -146,3 +146,16 @@ def test_actor_vector_env_steps_it():
             episodes += venv.step(actions).episodes
         assert len(episodes) == venv.num_rows
         assert "hider_seen_fraction" in episodes[0]
+
+
+def test_connectivity_check_is_a_switch(monkeypatch):
+    """``check_connected`` (ours, off by default) resamples a layout whose floor is split."""
+    import jaxsrl.envs.hide_and_seek.layout as layout_mod
+
+    calls = []
+    monkeypatch.setattr(layout_mod, "is_connected", lambda free: calls.append(1) or len(calls) > 1)
+    plain = generate_layout(make_config("quadrant"), np.random.default_rng(3))
+    assert calls == []  # not consulted by default
+    checked = generate_layout(make_config("quadrant", check_connected=True), np.random.default_rng(3))
+    assert len(calls) == 2  # the first layout was rejected, the second kept
+    assert not np.array_equal(plain.hiders, checked.hiders)
