@@ -107,7 +107,7 @@ def test_top_speed_and_box_push_match_the_released_physics():
 
 def test_arms_stick_out_sideways_and_push():
     """At yaw 0 the arms sit at x = -+0.13 (radius 0.05), reaching 0.18 m from the centre
-    along x where the sphere reaches 0.15 m (particle_hinge.xml:14-15). Driven into a wall
+    along x where the sphere reaches 0.15 m (particle_hinge.xml:15-16). Driven into a wall
     along +x, the leading arm hits first and turns the agent; pushing a box with one arm
     spins the box. Without arms neither turns."""
     assert make_config("quadrant").agent_arms and make_config("full").agent_arms  # on by default, as released

@@ -68,7 +68,7 @@ class HideAndSeekConfig:
     agent_mass: float = 1.0
     agent_arms: bool = True
     """Two massless "arm" spheres of radius 0.05 on each agent, at (-+0.13, -0.075, -0.05) m
-    in the agent's frame, i.e. on its front (particle_hinge.xml:14-15). They collide like
+    in the agent's frame, i.e. on its front (particle_hinge.xml:15-16). They collide like
     the body (they push boxes, catch on walls) and count as the agent for line of sight.
     False: a bare sphere (our game before issue 14)."""
     facing_offset_deg: float = -90.0
