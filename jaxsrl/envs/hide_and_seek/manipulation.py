@@ -126,8 +126,9 @@ class Manipulation:
         """
         if self._idx.n_objects == 0:
             return
-        pressing_lock, locked_any = bool(lock.any()), bool(self.locked.any())
-        pressing_grab, holding = bool(grab.any()), bool((self.held >= 0).any())
+        nz = np.count_nonzero  # much cheaper than .any() on these few-element arrays
+        pressing_lock, locked_any = nz(lock) > 0, nz(self.locked) > 0
+        pressing_grab, holding = nz(grab) > 0, nz(self.held >= 0) > 0
         if not (pressing_lock or locked_any or pressing_grab or holding):
             return  # nothing to decide: no lock or grab pressed, none held
         dist = self.distances()
@@ -145,7 +146,7 @@ class Manipulation:
         to_unlock = (not_desired & deciders).any(axis=0)
         to_lock = desired.any(axis=0) & ~to_unlock
         gone, new = to_unlock & self.locked, to_lock & ~self.locked
-        if not (gone.any() or new.any()):
+        if not (np.count_nonzero(gone) or np.count_nonzero(new)):
             return
         for obj in np.flatnonzero(gone):
             m.jnt_limited[self._obj_joints[obj]] = False

@@ -42,7 +42,8 @@ class EpisodeStats:
         self._post_prep = 0
         self._seen = 0
         self._team_return = 0.0
-        self._holding = np.zeros(2)
+        self._held_steps: np.ndarray | None = None
+        self._team: np.ndarray | None = None
         self._out = 0
 
     def _move(self, qpos: np.ndarray) -> np.ndarray:
@@ -64,8 +65,9 @@ class EpisodeStats:
             self._post_prep += 1
             self._seen += int(any_hider_seen)
         self._team_return += hider_team_reward
-        holding = held >= 0
-        self._holding += (np.sum(holding & (team == HIDER)), np.sum(holding & (team == SEEKER)))
+        if self._held_steps is None:
+            self._held_steps, self._team = np.zeros(len(held), np.int64), team
+        self._held_steps += held >= 0  # [A] steps each agent held something
         self._out += n_out
         if self._steps == self._snapshot_step:
             self._prep_move = self._move(qpos)
@@ -93,8 +95,10 @@ class EpisodeStats:
         out["hider_team_return"] = float(self._team_return)
         out["seeker_team_return"] = -float(self._team_return)
         steps = max(self._steps, 1)
-        out["hider_holding_fraction"] = float(self._holding[0]) / (steps * max(idx.n_hiders, 1))
-        out["seeker_holding_fraction"] = float(self._holding[1]) / (steps * max(idx.n_seekers, 1))
+        held = self._held_steps if self._held_steps is not None else np.zeros(0, np.int64)
+        team = self._team if self._team is not None else np.zeros(0, np.int64)
+        out["hider_holding_fraction"] = float(held[team == HIDER].sum()) / (steps * max(idx.n_hiders, 1))
+        out["seeker_holding_fraction"] = float(held[team == SEEKER].sum()) / (steps * max(idx.n_seekers, 1))
         out["agent_out_steps"] = float(self._out)
         out["episode_length"] = float(self._steps)
         out.update(n_hiders=float(idx.n_hiders), n_seekers=float(idx.n_seekers),
