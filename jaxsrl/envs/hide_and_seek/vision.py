@@ -70,23 +70,25 @@ class Vision:
         self._not_eye = ~self._eye
         self._flat_rays = [self._vec[i].reshape(-1) for i in range(a)]  # views
         self._eye_bodies = [int(b) for b in index.body[:a]]
+        self._eye_idx = np.asarray(index.body[:a], np.intp)
 
     def sense(self, data: mujoco.MjData) -> tuple[np.ndarray, np.ndarray]:
         idx, m = self._idx, self._model
         a, n, nl = idx.n_agents, idx.n_agents + idx.n_objects, self._n_lidar
-        bodies = idx.body
-        eyes = data.xpos[bodies[:a]]  # [A, 3] agent centres
+        eyes = data.xpos[self._eye_idx]  # [A, 3] agent centres
         targets = data.geom_xpos[self._target_geom]  # [N, 3]
         yaw = data.qpos[3 : 4 * a : 4] + self._facing  # [A] direction of each agent's front
-        cos, sin = np.cos(yaw), np.sin(yaw)
 
         rays = self._vec
         vec = rays[:, :n]  # [A, N, 3] view
         np.subtract(targets[None, :, :], eyes[:, None, :], out=vec)
         vec[self._diag] = (1.0, 0.0, 0.0)  # self: any unit vector, masked below
-        dist = np.sqrt(np.einsum("ijk,ijk->ij", vec, vec))  # [A, N]
-        planar = np.hypot(vec[..., 0], vec[..., 1])
-        in_cone = vec[..., 0] * cos[:, None] + vec[..., 1] * sin[:, None] >= self._cos_half * planar - 1e-9
+        sq = vec * vec
+        planar2 = sq[..., 0] + sq[..., 1]  # [A, N]
+        dist = np.sqrt(planar2 + sq[..., 2])  # [A, N]
+        front = np.stack([np.cos(yaw), np.sin(yaw)], axis=1)[:, None, :]  # [A, 1, 2]
+        dot = (vec[..., :2] * front).sum(axis=2)  # [A, N] planar projection on the front
+        in_cone = dot >= self._cos_half * np.sqrt(planar2) - 1e-9
         vec /= dist[..., None]
 
         ids, hit, groups = self._ids, self._hit, self._groups
