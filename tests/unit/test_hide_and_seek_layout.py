@@ -100,8 +100,9 @@ def test_top_speed_and_box_push_match_the_released_physics():
     env = make_env("quadrant", n_hiders=(1, 2), n_seekers=(1, 2), prep_fraction=0.0)
     v = _run(env, (-2.5, 0.0, 0.0), [], 8, [10, 5, 5, 0, 0])
     assert 7.5 < v[0, 0] < 8.5  # (90 N - 0.2 * 1 kg * 50 m/s^2) / 10 N s/m = 8 m/s (old: 2.3)
-    # Pushing with its front (yaw pi/2: the front points at +x, the arms lie within the sphere's reach)
-    v = _run(env, (-2.5, 0.0, np.pi / 2), [(-2.05, 0.0, 0.0)], 8, [10, 5, 5, 0, 0])
+    # Pushing with its front (pointing at +x; the arms lie within the sphere's reach there)
+    front_x = -np.deg2rad(env.config.facing_offset_deg)
+    v = _run(env, (-2.5, 0.0, front_x), [(-2.05, 0.0, 0.0)], 8, [10, 5, 5, 0, 0])
     assert 6.0 < v[2, 0] < 7.5  # agent and 1 kg box: (90 - 10 - 10) / 10 = 7 m/s
 
 

@@ -1,7 +1,7 @@
 """Grab and lock as released (mae:wrappers/manipulation.py), on hand-built arenas.
 
 Agent poses are (x, y, facing): the agent's front points at ``facing`` (its joint yaw is
-facing + 90 degrees, mae:modules/agents.py:83). Agents face +x unless stated; a 0.5 m cube at x = c is at a centre-to-surface
+facing - facing_offset_deg, see config.py). Agents face +x unless stated; a 0.5 m cube at x = c is at a centre-to-surface
 distance of c - 0.25 from an agent at the origin. ``env.held`` / ``env.lock_team``
 read the state; box rows end with the lock flags (you_locked, team_locked, obj_locked).
 """

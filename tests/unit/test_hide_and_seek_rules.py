@@ -3,7 +3,7 @@ vision, reward, preparation, out of bounds, lidar. Grab and lock: test_hide_and_
 
 Conventions: a 6 m floor centred on the origin (outer walls' inner faces at +-2.85 m),
 one hider and one seeker; poses are (x, y, facing), facing the direction of the agent's
-front (its joint yaw is facing + 90 degrees, mae:modules/agents.py:83); action bins 0..10
+front (its joint yaw is facing - facing_offset_deg, see config.py); action bins 0..10
 with 5 = no force.
 """
 
@@ -153,14 +153,16 @@ def test_lidar_reports_hits_beyond_its_range():
     assert lidar[15] == 6.0  # nothing hit: lidar_range
 
 
-def test_agents_face_minus_y_at_yaw_zero():
-    """The front is yaw - 90 degrees (mae:modules/agents.py:83): at the initial yaw 0 an
-    agent looks along -y, so a box at -y is seen and one at +x is not."""
+def test_agents_face_the_room_side_at_yaw_zero():
+    """The released front is yaw - 90 degrees (mae:modules/agents.py:83), the original's -y,
+    where its quadrant room lies; our frame mirrors y, so at the initial yaw 0 an agent looks
+    along +y: a box at +y is seen and one at -y or at +x is not."""
     env = hs_env()
-    walls = outer_walls(env.config)
-    layout = Layout(walls, [(0.0, 0.0, 0.0)], [(-2.5, 2.5, 0.0)], [(0.0, -1.5, 0.0), (1.5, 0.0, 0.0)], [CUBE] * 2, [])
-    obs, _ = env.reset(options={"layout": layout})
-    assert obs["hider_0"]["boxes_mask"][:2].tolist() == [1.0, 0.0]
+    for other, seen in (((0.0, -1.5, 0.0), 0.0), ((1.5, 0.0, 0.0), 0.0)):
+        boxes = [(0.0, 1.5, 0.0), other]
+        layout = Layout(outer_walls(env.config), [(0.0, 0.0, 0.0)], [(-2.5, -2.5, 0.0)], boxes, [CUBE] * 2, [])
+        obs, _ = env.reset(options={"layout": layout})
+        assert obs["hider_0"]["boxes_mask"][:2].tolist() == [1.0, seen]
 
 
 def test_prep_statistics_snapshot_is_3d_and_taken_after_step_33():

@@ -67,14 +67,18 @@ class HideAndSeekConfig:
     agent_radius: float = 0.15
     agent_mass: float = 1.0
     agent_arms: bool = True
-    """Two massless "arm" spheres of radius 0.05 on each agent, at (-+0.13, -0.075, -0.05) m
-    in the agent's frame, i.e. on its front (particle_hinge.xml:15-16). They collide like
+    """Two massless "arm" spheres of radius 0.05 on each agent, on its front: at
+    (-+0.13, -0.075, -0.05) m in the original's agent frame (particle_hinge.xml:15-16), so
+    at (-+0.13, +0.075, -0.05) m in ours, whose y is the original's mirrored (layout.py). They collide like
     the body (they push boxes, catch on walls) and count as the agent for line of sight.
     False: a bare sphere (our game before issue 14)."""
-    facing_offset_deg: float = -90.0
-    """An agent's front (vision cone, arms) points at yaw + this angle: the released game
-    rotates yaw by -pi/2 "to match visual front" (mae:modules/agents.py:83), so with the
-    initial yaw 0 every agent starts facing -y. The observed yaw stays the raw joint angle."""
+    facing_offset_deg: float = 90.0
+    """An agent's front (vision cone, arms) points at yaw + this angle. The released game
+    rotates yaw by -pi/2 "to match visual front" (mae:modules/agents.py:83): at the initial
+    yaw 0 every agent faces the original's -y, the side of the quadrant room. Our frame
+    mirrors the original's y (layout.py: its room at low y is our +y corner), which turns
+    -90 degrees into +90: at yaw 0 our agents face +y, the room's side, as released. The
+    observed yaw stays the raw joint angle."""
     box_size: float = 0.5
     """Side of a cubic box (m)."""
     elongated_size: tuple[float, float, float] = (1.65, 0.15, 0.5)

@@ -25,9 +25,10 @@ from jaxsrl.envs.hide_and_seek.layout import Layout
 GROUP_FLOOR, GROUP_WALL, GROUP_BOX, GROUP_RAMP, GROUP_AGENT = 0, 1, 2, 3, 4
 DOFS_PER_BODY = 4
 ARM_RADIUS = 0.05
-ARM_OFFSETS = ((-0.13, -0.075, -0.05), (0.13, -0.075, -0.05))
-"""Centres of the two massless arm spheres in the agent's frame (m), particle_hinge.xml:15-16:
-on the -y side, the agent's front at yaw 0 (mae:modules/agents.py:83)."""
+ARM_OFFSETS = ((-0.13, 0.075, -0.05), (0.13, 0.075, -0.05))
+"""Centres of the two massless arm spheres in the agent's frame (m): particle_hinge.xml:15-16
+with y mirrored like the whole arena (layout.py), i.e. on the agent's front (+y at yaw 0,
+``facing_offset_deg``)."""
 
 
 def ramp_vertices(size: tuple[float, float, float]) -> np.ndarray:

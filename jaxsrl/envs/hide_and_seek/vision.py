@@ -4,7 +4,8 @@ Line of sight is one ray from the observer's centre to the target's centre (agen
 centre, box centre, ramp centroid), as released (mae:util/vision.py:41-66). Everything
 solid but the floor occludes: boxes, ramps, other agents and, with ``rays_hit_walls``
 (default; a deviation, see config.py), walls. The cone's axis is the agent's front, at
-yaw + ``facing_offset_deg`` (-90 as released, mae:modules/agents.py:83). A target is
+yaw + ``facing_offset_deg`` (+90: the released -90, mae:modules/agents.py:83, in our
+y-mirrored frame). A target is
 visible when it is inside the cone (measured in the x-y plane) and the first thing the
 ray meets belongs to the target's body (an agent's arms count, ``check_body``,
 mae:util/vision.py:41-60) or lies beyond the target's centre.
