@@ -167,3 +167,39 @@ def test_sleeping_bodies_wake_on_push_grab_and_lock_and_the_dynamics_stay():
     assert locks_sleep == locks_awake and [0, -1] in locks_sleep  # box 0 was locked, then unlocked
     np.testing.assert_allclose(q_sleep, q_awake, atol=2e-3)
     assert abs(q_sleep[8] + 0.45) > 0.3  # box 0 did move
+
+
+def test_reach_distance_matches_a_numpy_loop_reference():
+    """``Manipulation.distances`` (rotation read from MuJoCo's xmat) against a plain loop of
+    the released ``dist_pt_to_cuboid`` idea (mae:util/geometry.py:5-54): rotate the point
+    into the box frame by -yaw, clamp to the half sizes, measure the rest."""
+    import mujoco
+
+    from jaxsrl.envs.hide_and_seek.manipulation import Manipulation
+    from jaxsrl.envs.hide_and_seek.scene import compile_scene
+
+    cfg = make_env("full").config
+    rng = np.random.default_rng(0)
+    sizes = [[1.65, 0.15, 0.5], [0.5, 0.5, 0.5], [0.15, 1.65, 0.5]]
+    layout = Layout([], [(0.0, 0.0, 0.0), (1.0, 1.0, 0.0)], [(-1.0, 1.0, 0.0)],
+                    [(0.5, -0.5, 0.0), (-1.0, -1.0, 0.0), (1.5, 0.0, 0.0)], sizes, [(0.0, 1.5, 0.0)])
+    model, idx = compile_scene(cfg, layout)
+    data = mujoco.MjData(model)
+    q = data.qpos.reshape(-1, 4)
+    q[:, :2] = rng.uniform(-2, 2, (len(q), 2))
+    q[:, 2] = rng.uniform(0.0, 0.6, len(q))
+    q[:, 3] = rng.uniform(-4, 4, len(q))
+    mujoco.mj_kinematics(model, data)
+    got = Manipulation(cfg, model, data, idx, np.array(sizes), rng).distances()
+    half = np.array(sizes + [list(cfg.ramp_size)]) / 2
+    dz = [0.0, 0.0, 0.0, cfg.ramp_size[2] / 2]  # a ramp's cuboid centre is half its height up
+    want = np.zeros((3, 4))
+    for i in range(3):
+        for o in range(4):
+            x, y, z = q[i, :3] - q[3 + o, :3] - [0.0, 0.0, dz[o]]
+            c, s = np.cos(q[3 + o, 3]), np.sin(q[3 + o, 3])
+            local = np.array([c * x + s * y, -s * x + c * y, z])
+            gap = np.maximum(np.abs(local) - half[o], 0.0)
+            want[i, o] = np.sqrt((gap**2).sum())
+    assert want.min() == 0.0 or want.max() > 0.5  # a spread of distances
+    np.testing.assert_allclose(got, want, atol=1e-9)

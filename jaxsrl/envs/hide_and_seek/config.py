@@ -69,9 +69,9 @@ class HideAndSeekConfig:
     agent_arms: bool = True
     """Two massless "arm" spheres of radius 0.05 on each agent, on its front: at
     (-+0.13, -0.075, -0.05) m in the original's agent frame (particle_hinge.xml:15-16), so
-    at (-+0.13, +0.075, -0.05) m in ours, whose y is the original's mirrored (layout.py). They collide like
-    the body (they push boxes, catch on walls) and count as the agent for line of sight.
-    False: a bare sphere (our game before issue 14)."""
+    at (-+0.13, +0.075, -0.05) m in ours, whose y is the original's mirrored (layout.py).
+    They collide like the body (they push boxes, catch on walls) and count as the agent
+    for line of sight. False: a bare sphere (our game before issue 14)."""
     facing_offset_deg: float = 90.0
     """An agent's front (vision cone, arms) points at yaw + this angle. The released game
     rotates yaw by -pi/2 "to match visual front" (mae:modules/agents.py:83): at the initial

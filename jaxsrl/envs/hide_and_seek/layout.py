@@ -19,7 +19,8 @@ original's y mirrored, so its corner room is our (+x, +y) corner).
 Every start yaw is 0 (only slide joints are set, wg:obj.py:447-474); elongated boxes
 are aligned with x or y (mae:objects.py:55-61). With ``check_connected`` (ours, off by
 default as the released code has no such check) a layout whose free floor is not one
-connected region for an agent is resampled. Pass a hand-built ``Layout`` to ``HideAndSeekEnv.reset(options={"layout": ...})``.
+connected region for an agent is resampled. Pass a hand-built ``Layout`` to
+``HideAndSeekEnv.reset(options={"layout": ...})``.
 """
 
 from __future__ import annotations

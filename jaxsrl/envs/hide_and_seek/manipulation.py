@@ -47,16 +47,6 @@ def _relpose(data: mujoco.MjData, b1: int, b2: int) -> np.ndarray:
     return out
 
 
-def dist_to_cuboid(points: np.ndarray, centres: np.ndarray, half: np.ndarray, yaw: np.ndarray) -> np.ndarray:
-    """``[P, O]`` distance (m) from points ``[P, 3]`` to the surfaces of z-rotated cuboids
-    (centres ``[O, 3]``, half-sizes ``[O, 3]``, yaws ``[O]``); 0 inside (mae:util/geometry.py:5-54)."""
-    rel = points[:, None, :] - centres[None, :, :]  # [P, O, 3]
-    c, s = np.cos(yaw)[None, :], np.sin(yaw)[None, :]
-    local = np.stack([c * rel[..., 0] + s * rel[..., 1], -s * rel[..., 0] + c * rel[..., 1], rel[..., 2]], -1)
-    out = np.maximum(np.abs(local) - half[None, :, :], 0.0)
-    return np.sqrt(np.einsum("ijk,ijk->ij", out, out))
-
-
 class Manipulation:
     """Grab/lock state of one episode.
 
@@ -117,7 +107,7 @@ class Manipulation:
         return np.sqrt(gx * gx + gy * gy + gz * gz)
 
     def apply(self, grab: np.ndarray, lock: np.ndarray, seen_objects: np.ndarray) -> None:
-        """Update welds before the physics step.
+        """Update grab welds and lock limits before the physics step.
 
         Args:
           grab: ``[A]`` bool grab actions (already False for frozen agents).
@@ -139,7 +129,7 @@ class Manipulation:
             self._grab(grab, usable, dist)
 
     def _lock(self, lock: np.ndarray, usable: np.ndarray) -> None:
-        idx, d, m = self._idx, self._d, self._m
+        d, m = self._d, self._m
         desired = usable & lock[:, None]
         not_desired = usable & ~lock[:, None]
         deciders = self.team[:, None] == self.team[self.which_locked][None, :]  # [A, O]
