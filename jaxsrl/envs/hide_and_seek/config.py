@@ -103,6 +103,11 @@ class HideAndSeekConfig:
     velocities stay below 1e-3 m/s for 10 substeps is frozen until an awake body touches it or
     a grab weld ties it to an agent; agents (actuated) never sleep. The released MuJoCo 2.0 had
     no sleeping. False simulates every body every substep."""
+    blowup_speed: float = 100.0
+    """A step after which any joint velocity exceeds this (m/s, rad/s) or MuJoCo flags a bad
+    state is a solver failure: it is redone with MuJoCo's CG solver, and if that fails too
+    the episode ends marked ``discard_episode`` (as released, mae:wrappers/util.py:61-95;
+    guard.py). Legitimate motion stays under about 20."""
     gravity: float = -50.0
     """mae:hide_and_seek.py:230; mae:modules/world.py:19-31 (m/s^2)."""
     friction: float = 0.2

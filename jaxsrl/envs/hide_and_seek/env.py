@@ -15,7 +15,9 @@ bounds square gets ``-boundary_penalty`` instead, and in the quadrant game every
 does while any box or ramp is outside (mae:limit_mvmnt.py:37-55). At the horizon every agent is truncated (never
 terminated) and its info carries ``"episode_stats"`` (see ``stats.py``); call
 ``reset`` to start again. Every info has ``"in_prep_phase"``: whether the next step is
-still in the preparation phase (as released, mae:prep_phase.py:42-44).
+still in the preparation phase (as released, mae:prep_phase.py:42-44), and
+``"discard_episode"``: True only on the step at which the physics failed beyond repair
+(guard.py); that step truncates every agent with reward 0 and no ``"episode_stats"``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig, make_config
+from jaxsrl.envs.hide_and_seek.guard import GuardedStep
 from jaxsrl.envs.hide_and_seek.layout import Layout, generate_layout
 from jaxsrl.envs.hide_and_seek.manipulation import HIDER, Manipulation
 from jaxsrl.envs.hide_and_seek.observations import ObservationBuilder, observation_shapes
@@ -146,7 +149,7 @@ class HideAndSeekEnv(ParallelEnv):
             lock[idx.n_hiders :] = False
         d.ctrl[:] = ctrl.ravel()
         self._manip.apply(grab, lock, self._visible[:, a:])
-        mujoco.mj_step(self._model, d, nstep=cfg.n_substeps)
+        physics_ok = self._guard.step(cfg.n_substeps)
         mujoco.mj_kinematics(self._model, d)
         self._t += 1
 
@@ -167,15 +170,21 @@ class HideAndSeekEnv(ParallelEnv):
         done = self._t >= cfg.horizon
         next_in_prep = self._t < cfg.prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
         agents = self.agents
+        if not physics_ok:  # the solver failed twice: end here, marked for discard (guard.py)
+            rew[:] = 0.0
+            done = True
         rewards = {n: float(rew[i]) for i, n in enumerate(agents)}
         terms = dict.fromkeys(agents, False)
         truncs = dict.fromkeys(agents, done)
         if done:
-            stats = self._stats.summary(q, m.lock_team, m.lock_events)
-            infos = {n: {"in_prep_phase": next_in_prep, "episode_stats": dict(stats)} for n in agents}
+            infos = {n: {"in_prep_phase": next_in_prep, "discard_episode": not physics_ok} for n in agents}
+            if physics_ok:
+                stats = self._stats.summary(q, m.lock_team, m.lock_events)
+                for n in agents:
+                    infos[n]["episode_stats"] = dict(stats)
             self.agents = []
         else:
-            infos = {n: {"in_prep_phase": next_in_prep} for n in agents}
+            infos = {n: {"in_prep_phase": next_in_prep, "discard_episode": False} for n in agents}
         return obs, rewards, terms, truncs, infos
 
     def render(self) -> np.ndarray | None:
@@ -217,6 +226,7 @@ class HideAndSeekEnv(ParallelEnv):
         self._qpos = q
         self._qvel = data.qvel[: DOFS_PER_BODY * len(idx.body)].reshape(-1, DOFS_PER_BODY)
         self._vision = Vision(cfg, model, idx)
+        self._guard = GuardedStep(model, data, cfg.blowup_speed)
         self._manip = Manipulation(cfg, model, data, idx, layout.box_sizes, self._rng)
         self._builder = ObservationBuilder(cfg, idx, layout.box_sizes, z)
         self._team = self._manip.team
