@@ -56,3 +56,19 @@ def test_normal_steps_are_not_marked():
     assert not any(trunc.values()) and not any(i["discard_episode"] for i in info.values())
     with pytest.raises(ValueError, match="blowup_speed"):
         GuardedStep(env.model, env.data, 0.0)
+
+
+def test_a_mujoco_auto_reset_counts_as_a_failure(monkeypatch):
+    env = _env()
+    real = mujoco.mj_step
+
+    def resetting_step(m, d, nstep=1):  # what MuJoCo does on a bad acceleration
+        real(m, d, nstep=nstep)
+        if m.opt.solver == mujoco.mjtSolver.mjSOL_NEWTON:
+            mujoco.mj_resetData(m, d)
+
+    monkeypatch.setattr(guard_mod.mujoco, "mj_step", resetting_step)
+    guard = GuardedStep(env.model, env.data, env.config.blowup_speed)
+    t0 = env.data.time
+    assert guard.step(15) and guard.retries == 1
+    assert env.data.time == pytest.approx(t0 + 15 * 0.005)
