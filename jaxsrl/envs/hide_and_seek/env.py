@@ -74,6 +74,7 @@ class HideAndSeekEnv(ParallelEnv):
         self.action_spaces = {a: spaces.MultiDiscrete(nvec) for a in self.possible_agents}
         self._noop = np.array([cfg.n_action_bins // 2] * 3 + [0, 0], np.int64)
         self._bin_scale = 2 * cfg.action_max / (cfg.n_action_bins - 1)
+        self._prep_steps = cfg.prep_steps
         self._rng = np.random.default_rng()
         self._model: mujoco.MjModel | None = None
         self._data: mujoco.MjData | None = None
@@ -142,7 +143,7 @@ class HideAndSeekEnv(ParallelEnv):
         bins = np.minimum(np.maximum(acts[:, :3], 0), cfg.n_action_bins - 1)
         ctrl = bins * self._bin_scale - cfg.action_max  # [A, 3] in motor units
         grab, lock = acts[:, 3] > 0, acts[:, 4] > 0
-        in_prep = self._t < cfg.prep_steps
+        in_prep = self._t < self._prep_steps
         if in_prep:  # seekers are frozen: no motion, no grab, no lock
             ctrl[idx.n_hiders :] = 0.0
             grab[idx.n_hiders :] = False
@@ -168,7 +169,7 @@ class HideAndSeekEnv(ParallelEnv):
         self._stats.record(q, m.lock_team, m.held, self._team, any_seen, in_prep, team_r, int(out.sum()))
 
         done = self._t >= cfg.horizon
-        next_in_prep = self._t < cfg.prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
+        next_in_prep = self._t < self._prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
         agents = self.agents
         if not physics_ok:  # the solver failed twice: end here, marked for discard (guard.py)
             rew[:] = 0.0

@@ -96,15 +96,11 @@ class Manipulation:
             return np.zeros((idx.n_agents, 0))
         centres = d.xpos[self._obj_bodies]  # [O, 3] body origins
         centres[:, 2] += self._centre_dz
-        rel = d.xpos[self._agent_bodies][:, None, :] - centres[None]  # [A, O, 3]
-        # Objects turn about z only: their body frame's x, y axes are xmat's columns 0, 1.
-        rot = d.xmat[self._obj_bodies]  # [O, 9] row-major
-        lx = rel[..., 0] * rot[:, 0] + rel[..., 1] * rot[:, 3]
-        ly = rel[..., 0] * rot[:, 1] + rel[..., 1] * rot[:, 4]
-        gx = np.maximum(np.abs(lx) - self._half[:, 0], 0.0)
-        gy = np.maximum(np.abs(ly) - self._half[:, 1], 0.0)
-        gz = np.maximum(np.abs(rel[..., 2]) - self._half[:, 2], 0.0)
-        return np.sqrt(gx * gx + gy * gy + gz * gz)
+        rel = d.xpos[self._agent_bodies][:, None, :] - centres[None]  # [A, O, 3] world frame
+        rot = d.xmat[self._obj_bodies].reshape(-1, 3, 3)  # [O, 3, 3]: world = rot @ local
+        local = np.einsum("aok,okj->aoj", rel, rot)  # rot^T rel, in each object's frame
+        gap = np.maximum(np.abs(local) - self._half, 0.0)  # [A, O, 3] outside the cuboid
+        return np.sqrt(np.einsum("aoj,aoj->ao", gap, gap))
 
     def apply(self, grab: np.ndarray, lock: np.ndarray, seen_objects: np.ndarray) -> None:
         """Update grab welds and lock limits before the physics step.

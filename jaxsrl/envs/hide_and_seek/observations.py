@@ -106,6 +106,7 @@ class ObservationBuilder:
         self._rest_z = np.asarray(rest_z, np.float64)
         self._obj_range = np.arange(b + r)
         self._size_cols = 3 if cfg.n_elongated[1] > 0 else 0
+        self._prep_den = cfg.prep_steps + 1e-5  # prep_obs = min(1, t / (prep_steps + 1e-5))
 
     def build(self, qpos, qvel, visible, lidar, locked, which_locked, held, step: int) -> dict[str, np.ndarray]:
         """Args: ``qpos``/``qvel`` ``[M, 4]`` (x, y, z, yaw) and velocities of the movable
@@ -116,7 +117,7 @@ class ObservationBuilder:
         out = {k: np.zeros((a,) + s, np.float32) for k, s in self._shapes.items()}
         body = np.concatenate([qpos, qvel], axis=1)  # [M, 8]
         body[:, 2] -= self._rest_z
-        prep = min(1.0, step / (cfg.prep_steps + 1e-5))
+        prep = min(1.0, step / self._prep_den)
         s = out["self"]
         s[:, :8] = body[:a]
         s[:, 8] = self._hider

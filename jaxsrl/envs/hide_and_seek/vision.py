@@ -79,6 +79,7 @@ class Vision:
         eyes = data.xpos[self._eye_idx]  # [A, 3] agent centres
         targets = data.geom_xpos[self._target_geom]  # [N, 3]
         yaw = data.qpos[3 : 4 * a : 4] + self._facing  # [A] direction of each agent's front
+        cos, sin = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
 
         rays = self._vec
         vec = rays[:, :n]  # [A, N, 3] view
@@ -87,8 +88,7 @@ class Vision:
         sq = vec * vec
         planar2 = sq[..., 0] + sq[..., 1]  # [A, N]
         dist = np.sqrt(planar2 + sq[..., 2])  # [A, N]
-        front = np.stack([np.cos(yaw), np.sin(yaw)], axis=1)[:, None, :]  # [A, 1, 2]
-        dot = (vec[..., :2] * front).sum(axis=2)  # [A, N] planar projection on the front
+        dot = vec[..., 0] * cos + vec[..., 1] * sin  # [A, N] planar projection on the front
         in_cone = dot >= self._cos_half * np.sqrt(planar2) - 1e-9
         vec /= dist[..., None]
 
