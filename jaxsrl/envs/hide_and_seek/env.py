@@ -159,10 +159,10 @@ class HideAndSeekEnv(ParallelEnv):
         any_seen = np.count_nonzero(self._visible[idx.n_hiders :, : idx.n_hiders]) > 0
         team_r = 0.0 if in_prep else (-1.0 if any_seen else 1.0)
         rew = np.where(self._team == HIDER, team_r, -team_r)
-        hb = cfg.bounds_size / 2
-        out = (np.abs(q[:a, :2]) > hb).any(axis=1)  # [A]
+        outside = (np.abs(q[:, :2]) > cfg.bounds_size / 2).any(axis=1)  # [M] every body
+        out = outside[:a]  # [A]
         if not in_prep:  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
-            if cfg.penalize_objects_out and np.count_nonzero(np.abs(q[a:, :2]) > hb):
+            if cfg.penalize_objects_out and np.count_nonzero(outside[a:]):
                 rew[:] = -cfg.boundary_penalty
             rew[out] = -cfg.boundary_penalty
         m = self._manip
