@@ -146,3 +146,33 @@ def test_actor_vector_env_steps_it():
             episodes += venv.step(actions).episodes
         assert len(episodes) == venv.num_rows
         assert "hider_seen_fraction" in episodes[0]
+
+
+def test_connectivity_check_is_a_switch(monkeypatch):
+    """``check_connected`` (ours, off by default) resamples a layout whose floor is split."""
+    import jaxsrl.envs.hide_and_seek.layout as layout_mod
+
+    calls = []
+    monkeypatch.setattr(layout_mod, "is_connected", lambda free: calls.append(1) or len(calls) > 1)
+    plain = generate_layout(make_config("quadrant"), np.random.default_rng(3))
+    assert calls == []  # not consulted by default
+    checked = generate_layout(make_config("quadrant", check_connected=True), np.random.default_rng(3))
+    assert len(calls) == 2  # the first layout was rejected, the second kept
+    assert not np.array_equal(plain.hiders, checked.hiders)
+
+
+def test_holding_fractions_match_the_held_state_step_by_step():
+    env = make_env("full")
+    env.reset(seed=5)
+    rng = np.random.default_rng(0)
+    nvec = env.action_space(env.possible_agents[0]).nvec
+    held = []
+    while env.agents:
+        _, _, _, _, info = env.step({a: rng.integers(0, nvec) for a in env.agents})
+        held.append(env.held >= 0)
+    held = np.array(held)  # [T, A]
+    n_h = int(info["hider_0"]["episode_stats"]["n_hiders"])
+    stats = info["hider_0"]["episode_stats"]
+    assert held[:, :n_h].any() and held[:, n_h:].any()
+    assert stats["hider_holding_fraction"] == pytest.approx(held[:, :n_h].mean())
+    assert stats["seeker_holding_fraction"] == pytest.approx(held[:, n_h:].mean())

@@ -100,5 +100,21 @@ def test_top_speed_and_box_push_match_the_released_physics():
     env = make_env("quadrant", n_hiders=(1, 2), n_seekers=(1, 2), prep_fraction=0.0)
     v = _run(env, (-2.5, 0.0, 0.0), [], 8, [10, 5, 5, 0, 0])
     assert 7.5 < v[0, 0] < 8.5  # (90 N - 0.2 * 1 kg * 50 m/s^2) / 10 N s/m = 8 m/s (old: 2.3)
-    v = _run(env, (-2.5, 0.0, 0.0), [(-2.05, 0.0, 0.0)], 8, [10, 5, 5, 0, 0])
+    # Pushing with its front (pointing at +x; the arms lie within the sphere's reach there)
+    front_x = -np.deg2rad(env.config.facing_offset_deg)
+    v = _run(env, (-2.5, 0.0, front_x), [(-2.05, 0.0, 0.0)], 8, [10, 5, 5, 0, 0])
     assert 6.0 < v[2, 0] < 7.5  # agent and 1 kg box: (90 - 10 - 10) / 10 = 7 m/s
+
+
+def test_arms_stick_out_sideways_and_push():
+    """At yaw 0 the arms sit at x = -+0.13 (radius 0.05), reaching 0.18 m from the centre
+    along x where the sphere reaches 0.15 m (particle_hinge.xml:15-16). Driven into a wall
+    along +x, the leading arm hits first and turns the agent; pushing a box with one arm
+    spins the box. Without arms neither turns."""
+    assert make_config("quadrant").agent_arms and make_config("full").agent_arms  # on by default, as released
+    for arms in (True, False):
+        env = make_env("quadrant", n_hiders=(1, 2), n_seekers=(1, 2), prep_fraction=0.0, agent_arms=arms)
+        _run(env, (2.0, 0.0, 0.0), [], 6, [10, 5, 5, 0, 0])
+        assert (abs(env.data.qpos[3]) > 0.05) == arms  # agent yaw after hitting the wall
+        v = _run(env, (-2.5, 0.0, 0.0), [(-2.05, 0.0, 0.0)], 8, [10, 5, 5, 0, 0])
+        assert (abs(v[2, 3]) > 0.5) == arms  # box spin (rad/s)

@@ -1,6 +1,7 @@
 """Grab and lock as released (mae:wrappers/manipulation.py), on hand-built arenas.
 
-Agents face +x unless stated; a 0.5 m cube at x = c is at a centre-to-surface
+Agent poses are (x, y, facing): the agent's front points at ``facing`` (its joint yaw is
+facing - facing_offset_deg, see config.py). Agents face +x unless stated; a 0.5 m cube at x = c is at a centre-to-surface
 distance of c - 0.25 from an agent at the origin. ``env.held`` / ``env.lock_team``
 read the state; box rows end with the lock flags (you_locked, team_locked, obj_locked).
 """
@@ -19,6 +20,8 @@ def setup(hiders, seekers, boxes=(), ramps=(), variant="quadrant", seed=None):
     env = make_env(variant, n_hiders=(1, 2), n_seekers=(1, 2), horizon=60, prep_fraction=0.0)
     if seed is not None:
         env.reset(seed=seed)
+    off = np.deg2rad(env.config.facing_offset_deg)
+    hiders, seekers = ([(x, y, f - off) for x, y, f in team] for team in (hiders, seekers))
     layout = Layout(outer_walls(env.config), hiders, seekers, boxes, [CUBE] * len(boxes), ramps)
     obs, _ = env.reset(options={"layout": layout})
     return env, obs
@@ -131,3 +134,72 @@ def test_ramps_lock_only_in_the_full_game(variant, lockable):
     env, _ = setup([(-0.4, 0.0, 0.0)], [(2.5, 2.5, np.pi)], ramps=[(0.0, 0.0, 0.0)], variant=variant)
     env.step({"hider_0": LOCK})
     assert env.lock_team.tolist() == ([0] if lockable else [-1])
+
+
+def _scripted(physics_sleep):
+    """Wait (the boxes fall asleep), push box 0, grab and pull it, push it into box 1 and on
+    to the wall, lock box 0 and push it while locked, let go and walk away."""
+    env = make_env("quadrant", n_hiders=(1, 2), n_seekers=(1, 2), horizon=60, prep_fraction=0.0,
+                   physics_sleep=physics_sleep)
+    off = np.deg2rad(env.config.facing_offset_deg)
+    layout = Layout(outer_walls(env.config), [(-0.9, 0.0, -off)], [(-2.5, -2.5, np.pi - off)],
+                    [(-0.45, 0.0, 0.0), (1.2, 0.0, 0.0)], [CUBE] * 2, [])
+    env.reset(options={"layout": layout})
+    asleep, locks = [], []
+    script = [NOOP] * 3 + [[10, 5, 5, 0, 0]] * 3 + [[0, 5, 5, 1, 0]] * 3 + [[10, 5, 5, 0, 0]] * 6
+    script += [[10, 5, 5, 0, 1]] * 4 + [[10, 5, 5, 1, 1]] * 3 + [[0, 5, 5, 0, 0]] * 4 + [NOOP] * 4
+    for act in script:
+        env.step({"hider_0": act})
+        asleep.append(env.data.tree_asleep.copy())
+        locks.append(env.lock_team.tolist())
+    return env.data.qpos.copy(), np.array(asleep), locks
+
+
+def test_sleeping_bodies_wake_on_push_grab_and_lock_and_the_dynamics_stay():
+    """``physics_sleep`` freezes resting boxes (MuJoCo's sleeping islands) but a push, a grab
+    and a locked object behave as without it: the same script ends within 2 mm (a box
+    creeping at under 1e-3 m/s against a wall is frozen about 1 mm short)."""
+    q_sleep, asleep, locks_sleep = _scripted(True)
+    q_awake, never, locks_awake = _scripted(False)
+    boxes = slice(2, 4)  # trees: hider, seeker, box 0, box 1
+    assert np.all(asleep[2, boxes] >= 0)  # both boxes asleep before the push
+    assert np.all(never < 0)
+    assert locks_sleep == locks_awake and [0, -1] in locks_sleep  # box 0 was locked, then unlocked
+    np.testing.assert_allclose(q_sleep, q_awake, atol=2e-3)
+    assert abs(q_sleep[8] + 0.45) > 0.3  # box 0 did move
+
+
+def test_reach_distance_matches_a_numpy_loop_reference():
+    """``Manipulation.distances`` (rotation read from MuJoCo's xmat) against a plain loop of
+    the released ``dist_pt_to_cuboid`` idea (mae:util/geometry.py:5-54): rotate the point
+    into the box frame by -yaw, clamp to the half sizes, measure the rest."""
+    import mujoco
+
+    from jaxsrl.envs.hide_and_seek.manipulation import Manipulation
+    from jaxsrl.envs.hide_and_seek.scene import compile_scene
+
+    cfg = make_env("full").config
+    rng = np.random.default_rng(0)
+    sizes = [[1.65, 0.15, 0.5], [0.5, 0.5, 0.5], [0.15, 1.65, 0.5]]
+    layout = Layout([], [(0.0, 0.0, 0.0), (1.0, 1.0, 0.0)], [(-1.0, 1.0, 0.0)],
+                    [(0.5, -0.5, 0.0), (-1.0, -1.0, 0.0), (1.5, 0.0, 0.0)], sizes, [(0.0, 1.5, 0.0)])
+    model, idx = compile_scene(cfg, layout)
+    data = mujoco.MjData(model)
+    q = data.qpos.reshape(-1, 4)
+    q[:, :2] = rng.uniform(-2, 2, (len(q), 2))
+    q[:, 2] = rng.uniform(0.0, 0.6, len(q))
+    q[:, 3] = rng.uniform(-4, 4, len(q))
+    mujoco.mj_kinematics(model, data)
+    got = Manipulation(cfg, model, data, idx, np.array(sizes), rng).distances()
+    half = np.array(sizes + [list(cfg.ramp_size)]) / 2
+    dz = [0.0, 0.0, 0.0, cfg.ramp_size[2] / 2]  # a ramp's cuboid centre is half its height up
+    want = np.zeros((3, 4))
+    for i in range(3):
+        for o in range(4):
+            x, y, z = q[i, :3] - q[3 + o, :3] - [0.0, 0.0, dz[o]]
+            c, s = np.cos(q[3 + o, 3]), np.sin(q[3 + o, 3])
+            local = np.array([c * x + s * y, -s * x + c * y, z])
+            gap = np.maximum(np.abs(local) - half[o], 0.0)
+            want[i, o] = np.sqrt((gap**2).sum())
+    assert want.min() == 0.0 or want.max() > 0.5  # a spread of distances
+    np.testing.assert_allclose(got, want, atol=1e-9)

@@ -2,7 +2,9 @@
 vision, reward, preparation, out of bounds, lidar. Grab and lock: test_hide_and_seek_manipulation.py.
 
 Conventions: a 6 m floor centred on the origin (outer walls' inner faces at +-2.85 m),
-one hider and one seeker; poses are (x, y, yaw); action bins 0..10 with 5 = no force.
+one hider and one seeker; poses are (x, y, facing), facing the direction of the agent's
+front (its joint yaw is facing - facing_offset_deg, see config.py); action bins 0..10
+with 5 = no force.
 """
 
 import numpy as np
@@ -15,9 +17,14 @@ PUSH_X = [10, 5, 5, 0, 0]  # full force along +x
 CUBE = [0.5, 0.5, 0.5]
 
 
+def facing(pose, env):
+    """Layout pose (x, y, joint yaw) of an agent whose front points at ``pose[2]``."""
+    return (pose[0], pose[1], pose[2] - np.deg2rad(env.config.facing_offset_deg))
+
+
 def arena(env, hider, seeker, boxes=(), ramps=(), walls=None):
     walls = outer_walls(env.config) if walls is None else walls
-    layout = Layout(list(walls), [hider], [seeker], list(boxes), [CUBE] * len(boxes), list(ramps))
+    layout = Layout(list(walls), [facing(hider, env)], [facing(seeker, env)], list(boxes), [CUBE] * len(boxes), list(ramps))
     obs, _ = env.reset(options={"layout": layout})
     return obs
 
@@ -144,3 +151,49 @@ def test_lidar_reports_hits_beyond_its_range():
     lidar = obs["hider_0"]["lidar"]
     assert lidar[0] == pytest.approx(7.5 - 0.25, abs=1e-3)  # distance to the first hit, not capped
     assert lidar[15] == 6.0  # nothing hit: lidar_range
+
+
+def test_agents_face_the_room_side_at_yaw_zero():
+    """The released front is yaw - 90 degrees (mae:modules/agents.py:83), the original's -y,
+    where its quadrant room lies; our frame mirrors y, so at the initial yaw 0 an agent looks
+    along +y: a box at +y is seen and one at -y or at +x is not."""
+    env = hs_env()
+    for other, seen in (((0.0, -1.5, 0.0), 0.0), ((1.5, 0.0, 0.0), 0.0)):
+        boxes = [(0.0, 1.5, 0.0), other]
+        layout = Layout(outer_walls(env.config), [(0.0, 0.0, 0.0)], [(-2.5, -2.5, 0.0)], boxes, [CUBE] * 2, [])
+        obs, _ = env.reset(options={"layout": layout})
+        assert obs["hider_0"]["boxes_mask"][:2].tolist() == [1.0, seen]
+
+
+def test_prep_statistics_snapshot_is_3d_and_taken_after_step_33():
+    """As released (mae:hide_and_seek.py:60-78): the "prep" statistics are taken after the
+    first step at which min(1, t / (32 + 1e-5)) == 1.0, i.e. step 33, and movement is the
+    3-D norm. A push in step 33 counts as preparation movement (it would not at step 32)."""
+    env = hs_env(prep_fraction=0.4, horizon=80)
+    arena(env, hider=(-0.9, 0.0, 0.0), seeker=(-2.5, 2.5, 0.0), boxes=[(-0.5, 0.0, 0.0)])
+    flags = []
+    for t in range(1, 81):
+        _, _, _, _, info = env.step({"hider_0": PUSH_X if t == 33 else NOOP})
+        flags.append(info["hider_0"]["in_prep_phase"])
+        if t == 33:
+            moved = float(np.linalg.norm(env.data.qpos[8:11] - [-0.5, 0.0, 0.25]))
+    assert flags == [True] * 31 + [False] * 49  # the next step is in preparation
+    stats = info["hider_0"]["episode_stats"]
+    assert moved > 0.01
+    assert stats["box_move_prep_max"] == pytest.approx(moved, abs=1e-9)
+
+
+def test_statistics_movement_is_the_3d_norm():
+    from jaxsrl.envs.hide_and_seek.scene import SceneIndex
+    from jaxsrl.envs.hide_and_seek.stats import EpisodeStats
+
+    idx = SceneIndex(1, 1, 1, 0, np.arange(3), np.arange(3), 0)
+    q0 = np.zeros((3, 4))
+    stats = EpisodeStats(idx, 0, q0)
+    q1 = q0.copy()
+    q1[2, :3] = [0.3, 0.0, 0.4]  # the box moved 0.3 in x and rose 0.4: 0.5 m (x-y alone: 0.3)
+    lock = np.full(1, -1)
+    stats.record(q1, lock, np.full(2, -1), np.array([0, 1]), False, True, 0.0, 0)
+    out = stats.summary(q1, lock, np.zeros(2, np.int64))
+    assert out["box_move_prep_max"] == pytest.approx(0.5)
+    assert out["box_move_end_mean"] == pytest.approx(0.5)

@@ -66,6 +66,19 @@ class HideAndSeekConfig:
     (full: 0.5, F.jsonnet:29-30; mae:hide_and_seek.py:263-290) (m)."""
     agent_radius: float = 0.15
     agent_mass: float = 1.0
+    agent_arms: bool = True
+    """Two massless "arm" spheres of radius 0.05 on each agent, on its front: at
+    (-+0.13, -0.075, -0.05) m in the original's agent frame (particle_hinge.xml:15-16), so
+    at (-+0.13, +0.075, -0.05) m in ours, whose y is the original's mirrored (layout.py).
+    They collide like the body (they push boxes, catch on walls) and count as the agent
+    for line of sight. False: a bare sphere (our game before issue 14)."""
+    facing_offset_deg: float = 90.0
+    """An agent's front (vision cone, arms) points at yaw + this angle. The released game
+    rotates yaw by -pi/2 "to match visual front" (mae:modules/agents.py:83): at the initial
+    yaw 0 every agent faces the original's -y, the side of the quadrant room. Our frame
+    mirrors the original's y (layout.py: its room at low y is our +y corner), which turns
+    -90 degrees into +90: at yaw 0 our agents face +y, the room's side, as released. The
+    observed yaw stays the raw joint angle."""
     box_size: float = 0.5
     """Side of a cubic box (m)."""
     elongated_size: tuple[float, float, float] = (1.65, 0.15, 0.5)
@@ -84,6 +97,17 @@ class HideAndSeekConfig:
     timestep: float = 0.005
     n_substeps: int = 15
     """Physics steps per env step: 15 x 0.005 s = 0.075 s."""
+    physics_sleep: bool = True
+    """Deviation kept on purpose (speed; dynamics unchanged as measured, docs/hide_and_seek.md):
+    MuJoCo's sleeping islands (``<flag sleep="enable"/>``, MuJoCo >= 3.4). A box or ramp whose
+    velocities stay below 1e-3 m/s for 10 substeps is frozen until an awake body touches it or
+    a grab weld ties it to an agent; agents (actuated) never sleep. The released MuJoCo 2.0 had
+    no sleeping. False simulates every body every substep."""
+    blowup_speed: float = 100.0
+    """A step after which any joint velocity exceeds this (m/s, rad/s) or MuJoCo flags a bad
+    state is a solver failure: it is redone with MuJoCo's CG solver, and if that fails too
+    the episode ends marked ``discard_episode`` (as released, mae:wrappers/util.py:61-95;
+    guard.py). Legitimate motion stays under about 20."""
     gravity: float = -50.0
     """mae:hide_and_seek.py:230; mae:modules/world.py:19-31 (m/s^2)."""
     friction: float = 0.2
@@ -137,6 +161,10 @@ class HideAndSeekConfig:
     penalize_objects_out: bool = True
     """Quadrant: any box or ramp outside the bounds sets every agent's reward to
     -boundary_penalty (Q.jsonnet:35; mae:limit_mvmnt.py:37-40, 48-52). Full: off."""
+    check_connected: bool = False
+    """Ours, off by default (the released generator has no such check): resample a layout
+    whose free floor is not one 4-connected region for an agent. It did not fire on 2,000
+    layouts of either variant (seed 0): every inner wall has a door."""
     max_layout_tries: int = 200
 
     @property

@@ -14,7 +14,10 @@ opposite; nothing during preparation. After it, an agent whose centre is outside
 bounds square gets ``-boundary_penalty`` instead, and in the quadrant game every agent
 does while any box or ramp is outside (mae:limit_mvmnt.py:37-55). At the horizon every agent is truncated (never
 terminated) and its info carries ``"episode_stats"`` (see ``stats.py``); call
-``reset`` to start again.
+``reset`` to start again. Every info has ``"in_prep_phase"``: whether the next step is
+still in the preparation phase (as released, mae:prep_phase.py:42-44), and
+``"discard_episode"``: True only on the step at which the physics failed beyond repair
+(guard.py); that step truncates every agent with reward 0 and no ``"episode_stats"``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig, make_config
+from jaxsrl.envs.hide_and_seek.guard import GuardedStep
 from jaxsrl.envs.hide_and_seek.layout import Layout, generate_layout
 from jaxsrl.envs.hide_and_seek.manipulation import HIDER, Manipulation
 from jaxsrl.envs.hide_and_seek.observations import ObservationBuilder, observation_shapes
@@ -70,6 +74,7 @@ class HideAndSeekEnv(ParallelEnv):
         self.action_spaces = {a: spaces.MultiDiscrete(nvec) for a in self.possible_agents}
         self._noop = np.array([cfg.n_action_bins // 2] * 3 + [0, 0], np.int64)
         self._bin_scale = 2 * cfg.action_max / (cfg.n_action_bins - 1)
+        self._prep_steps = cfg.prep_steps
         self._rng = np.random.default_rng()
         self._model: mujoco.MjModel | None = None
         self._data: mujoco.MjData | None = None
@@ -138,42 +143,49 @@ class HideAndSeekEnv(ParallelEnv):
         bins = np.minimum(np.maximum(acts[:, :3], 0), cfg.n_action_bins - 1)
         ctrl = bins * self._bin_scale - cfg.action_max  # [A, 3] in motor units
         grab, lock = acts[:, 3] > 0, acts[:, 4] > 0
-        in_prep = self._t < cfg.prep_steps
+        in_prep = self._t < self._prep_steps
         if in_prep:  # seekers are frozen: no motion, no grab, no lock
             ctrl[idx.n_hiders :] = 0.0
             grab[idx.n_hiders :] = False
             lock[idx.n_hiders :] = False
         d.ctrl[:] = ctrl.ravel()
         self._manip.apply(grab, lock, self._visible[:, a:])
-        mujoco.mj_step(self._model, d, nstep=cfg.n_substeps)
+        physics_ok = self._guard.step(cfg.n_substeps)
         mujoco.mj_kinematics(self._model, d)
         self._t += 1
 
         obs = self._observe()
         q = self._qpos
-        any_seen = bool(self._visible[idx.n_hiders :, : idx.n_hiders].any())
+        any_seen = np.count_nonzero(self._visible[idx.n_hiders :, : idx.n_hiders]) > 0
         team_r = 0.0 if in_prep else (-1.0 if any_seen else 1.0)
         rew = np.where(self._team == HIDER, team_r, -team_r)
-        hb = cfg.bounds_size / 2
-        out = np.any(np.abs(q[:a, :2]) > hb, axis=1)  # [A]
+        outside = (np.abs(q[:, :2]) > cfg.bounds_size / 2).any(axis=1)  # [M] every body
+        out = outside[:a]  # [A]
         if not in_prep:  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
-            if cfg.penalize_objects_out and np.any(np.abs(q[a:, :2]) > hb):
+            if cfg.penalize_objects_out and np.count_nonzero(outside[a:]):
                 rew[:] = -cfg.boundary_penalty
             rew[out] = -cfg.boundary_penalty
         m = self._manip
         self._stats.record(q, m.lock_team, m.held, self._team, any_seen, in_prep, team_r, int(out.sum()))
 
         done = self._t >= cfg.horizon
+        next_in_prep = self._t < self._prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
         agents = self.agents
+        if not physics_ok:  # the solver failed twice: end here, marked for discard (guard.py)
+            rew[:] = 0.0
+            done = True
         rewards = {n: float(rew[i]) for i, n in enumerate(agents)}
         terms = dict.fromkeys(agents, False)
         truncs = dict.fromkeys(agents, done)
         if done:
-            stats = self._stats.summary(q, m.lock_team, m.lock_events)
-            infos = {n: {"episode_stats": dict(stats)} for n in agents}
+            infos = {n: {"in_prep_phase": next_in_prep, "discard_episode": not physics_ok} for n in agents}
+            if physics_ok:
+                stats = self._stats.summary(q, m.lock_team, m.lock_events)
+                for n in agents:
+                    infos[n]["episode_stats"] = dict(stats)
             self.agents = []
         else:
-            infos = {n: {} for n in agents}
+            infos = {n: {"in_prep_phase": next_in_prep, "discard_episode": False} for n in agents}
         return obs, rewards, terms, truncs, infos
 
     def render(self) -> np.ndarray | None:
@@ -215,6 +227,7 @@ class HideAndSeekEnv(ParallelEnv):
         self._qpos = q
         self._qvel = data.qvel[: DOFS_PER_BODY * len(idx.body)].reshape(-1, DOFS_PER_BODY)
         self._vision = Vision(cfg, model, idx)
+        self._guard = GuardedStep(model, data, cfg.blowup_speed)
         self._manip = Manipulation(cfg, model, data, idx, layout.box_sizes, self._rng)
         self._builder = ObservationBuilder(cfg, idx, layout.box_sizes, z)
         self._team = self._manip.team

@@ -17,9 +17,10 @@ original's y mirrored, so its corner room is our (+x, +y) corner).
   ``teammate_radius`` (rounded up to cells, per axis) of their first member.
 
 Every start yaw is 0 (only slide joints are set, wg:obj.py:447-474); elongated boxes
-are aligned with x or y (mae:objects.py:55-61). Every generated layout is checked for
-reachability (free floor connected for an agent, on a grid) and resampled until it
-passes. Pass a hand-built ``Layout`` to ``HideAndSeekEnv.reset(options={"layout": ...})``.
+are aligned with x or y (mae:objects.py:55-61). With ``check_connected`` (ours, off by
+default as the released code has no such check) a layout whose free floor is not one
+connected region for an agent is resampled. Pass a hand-built ``Layout`` to
+``HideAndSeekEnv.reset(options={"layout": ...})``.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ def generate_layout(cfg: HideAndSeekConfig, rng: np.random.Generator) -> Layout:
         outer = outer_walls(cfg) if quadrant or rng.random() < cfg.p_outer_walls else []
         walls = np.array(outer + inner, np.float64).reshape(-1, 5)
         free, _ = free_grid(cfg, np.array(outer_walls(cfg) + inner).reshape(-1, 5), cfg.agent_radius)
-        if not is_connected(free):
+        if cfg.check_connected and not is_connected(free):
             continue
         poses = _place(cfg, rng, walls, half, region, anchor)
         if poses is None:

@@ -1,4 +1,5 @@
-"""Grab and lock as released (mae:wrappers/manipulation.py), on weld equalities.
+"""Grab and lock as released (mae:wrappers/manipulation.py): grab on weld equalities,
+lock on joint limits.
 
 Reach (both actions): the distance from the agent's centre to the surface of the
 object's cuboid (``dist_pt_to_cuboid``, mae:util/geometry.py:5-54) is at most
@@ -18,8 +19,10 @@ team before any lock). If a decider does not press lock, the object unlocks (or 
 unlocked); otherwise, if anyone in reach and seeing it presses lock, it locks (or stays
 locked). A new lock's locker is drawn at random among the pressers (:343-344). So a
 lock holds while a teammate near it keeps pressing, and only the locking team can
-undo it. Ramps are lockable only if ``lock_ramp``. A locked object is welded to the
-world where it stands (the original limits its joints to their current values).
+undo it. Ramps are lockable only if ``lock_ramp``. Locking sets the range of each of the
+object's four joints to its current value and turns the limit on; unlocking turns it off
+(``jnt_range``/``jnt_limited``, mae:manipulation.py:327-344). Velocities are not touched:
+the limit constraint stops the object, as released.
 """
 
 from __future__ import annotations
@@ -42,16 +45,6 @@ def _relpose(data: mujoco.MjData, b1: int, b2: int) -> np.ndarray:
     mujoco.mju_rotVecQuat(out[:3], data.xpos[b2] - data.xpos[b1], inv)
     mujoco.mju_mulQuat(out[3:], inv, data.xquat[b2])
     return out
-
-
-def dist_to_cuboid(points: np.ndarray, centres: np.ndarray, half: np.ndarray, yaw: np.ndarray) -> np.ndarray:
-    """``[P, O]`` distance (m) from points ``[P, 3]`` to the surfaces of z-rotated cuboids
-    (centres ``[O, 3]``, half-sizes ``[O, 3]``, yaws ``[O]``); 0 inside (mae:util/geometry.py:5-54)."""
-    rel = points[:, None, :] - centres[None, :, :]  # [P, O, 3]
-    c, s = np.cos(yaw)[None, :], np.sin(yaw)[None, :]
-    local = np.stack([c * rel[..., 0] + s * rel[..., 1], -s * rel[..., 0] + c * rel[..., 1], rel[..., 2]], -1)
-    out = np.maximum(np.abs(local) - half[None, :, :], 0.0)
-    return np.sqrt(np.einsum("ijk,ijk->ij", out, out))
 
 
 class Manipulation:
@@ -88,6 +81,9 @@ class Manipulation:
         # Ramp bodies sit at the wedge's base: the cuboid centre is half its height above.
         self._centre_dz = np.concatenate([np.zeros(b), np.full(index.n_ramps, cfg.ramp_size[2] / 2)])
         self._lockable = np.concatenate([np.ones(b, bool), np.full(index.n_ramps, bool(cfg.lock_ramp))])
+        self._agent_bodies = index.body[:a]
+        self._obj_bodies = index.body[a : a + o]
+        self._obj_joints = [model.body_jntadr[bd] + np.arange(DOFS_PER_BODY) for bd in self._obj_bodies]
 
     @property
     def lock_team(self) -> np.ndarray:
@@ -98,14 +94,16 @@ class Manipulation:
         idx, d = self._idx, self._d
         if idx.n_objects == 0:
             return np.zeros((idx.n_agents, 0))
-        bodies = idx.body
-        centres = d.xpos[bodies[idx.n_agents :]].copy()
+        centres = d.xpos[self._obj_bodies]  # [O, 3] body origins
         centres[:, 2] += self._centre_dz
-        yaw = d.qpos[DOFS_PER_BODY * idx.n_agents + 3 :: DOFS_PER_BODY][: idx.n_objects]
-        return dist_to_cuboid(d.xpos[bodies[: idx.n_agents]], centres, self._half, yaw)
+        rel = d.xpos[self._agent_bodies][:, None, :] - centres[None]  # [A, O, 3] world frame
+        rot = d.xmat[self._obj_bodies].reshape(-1, 3, 3)  # [O, 3, 3]: world = rot @ local
+        local = np.einsum("aok,okj->aoj", rel, rot)  # rot^T rel, in each object's frame
+        gap = np.maximum(np.abs(local) - self._half, 0.0)  # [A, O, 3] outside the cuboid
+        return np.sqrt(np.einsum("aoj,aoj->ao", gap, gap))
 
     def apply(self, grab: np.ndarray, lock: np.ndarray, seen_objects: np.ndarray) -> None:
-        """Update welds before the physics step.
+        """Update grab welds and lock limits before the physics step.
 
         Args:
           grab: ``[A]`` bool grab actions (already False for frozen agents).
@@ -114,30 +112,37 @@ class Manipulation:
         """
         if self._idx.n_objects == 0:
             return
+        nz = np.count_nonzero  # much cheaper than .any() on these few-element arrays
+        pressing_lock, locked_any = nz(lock) > 0, nz(self.locked) > 0
+        pressing_grab, holding = nz(grab) > 0, nz(self.held >= 0) > 0
+        if not (pressing_lock or locked_any or pressing_grab or holding):
+            return  # nothing to decide: no lock or grab pressed, none held
         dist = self.distances()
         usable = seen_objects & (dist <= self._reach)  # [A, O]
-        self._lock(lock, usable & self._lockable[None, :])
-        self._grab(grab, usable, dist)
+        if pressing_lock or locked_any:
+            self._lock(lock, usable & self._lockable[None, :])
+        if pressing_grab or holding:
+            self._grab(grab, usable, dist)
 
     def _lock(self, lock: np.ndarray, usable: np.ndarray) -> None:
-        idx, d, m = self._idx, self._d, self._m
+        d, m = self._d, self._m
         desired = usable & lock[:, None]
         not_desired = usable & ~lock[:, None]
         deciders = self.team[:, None] == self.team[self.which_locked][None, :]  # [A, O]
-        to_unlock = np.any(not_desired & deciders, axis=0)
-        to_lock = np.any(desired, axis=0) & ~to_unlock
-        for obj in np.flatnonzero(to_unlock & self.locked):
-            d.eq_active[idx.lock_eq(int(obj))] = 0
-        for obj in np.flatnonzero(to_lock & ~self.locked):
+        to_unlock = (not_desired & deciders).any(axis=0)
+        to_lock = desired.any(axis=0) & ~to_unlock
+        gone, new = to_unlock & self.locked, to_lock & ~self.locked
+        if not (np.count_nonzero(gone) or np.count_nonzero(new)):
+            return
+        for obj in np.flatnonzero(gone):
+            m.jnt_limited[self._obj_joints[obj]] = False
+        for obj in np.flatnonzero(new):
             obj = int(obj)
             self.which_locked[obj] = int(self._rng.choice(np.flatnonzero(desired[:, obj])))
             self.lock_events[self.team[self.which_locked[obj]]] += 1
-            e, body = idx.lock_eq(obj), int(idx.body[idx.n_agents + obj])
-            m.eq_data[e, :3] = 0.0
-            m.eq_data[e, 3:10] = _relpose(d, body, 0)
-            d.eq_active[e] = 1
-            k = DOFS_PER_BODY * (idx.n_agents + obj)
-            d.qvel[k : k + DOFS_PER_BODY] = 0.0
+            joints = self._obj_joints[obj]
+            m.jnt_range[joints] = d.qpos[m.jnt_qposadr[joints]][:, None]
+            m.jnt_limited[joints] = True
         self.locked = (self.locked & ~to_unlock) | to_lock
 
     def _grab(self, grab: np.ndarray, usable: np.ndarray, dist: np.ndarray) -> None:

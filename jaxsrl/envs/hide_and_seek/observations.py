@@ -106,6 +106,7 @@ class ObservationBuilder:
         self._rest_z = np.asarray(rest_z, np.float64)
         self._obj_range = np.arange(b + r)
         self._size_cols = 3 if cfg.n_elongated[1] > 0 else 0
+        self._prep_den = cfg.prep_steps + 1e-5  # prep_obs = min(1, t / (prep_steps + 1e-5))
 
     def build(self, qpos, qvel, visible, lidar, locked, which_locked, held, step: int) -> dict[str, np.ndarray]:
         """Args: ``qpos``/``qvel`` ``[M, 4]`` (x, y, z, yaw) and velocities of the movable
@@ -116,7 +117,7 @@ class ObservationBuilder:
         out = {k: np.zeros((a,) + s, np.float32) for k, s in self._shapes.items()}
         body = np.concatenate([qpos, qvel], axis=1)  # [M, 8]
         body[:, 2] -= self._rest_z
-        prep = min(1.0, step / (cfg.prep_steps + 1e-5))
+        prep = min(1.0, step / self._prep_den)
         s = out["self"]
         s[:, :8] = body[:a]
         s[:, 8] = self._hider
@@ -144,10 +145,13 @@ class ObservationBuilder:
         obj[:, :3] = body[a:, :3]
         obj[:, 3], obj[:, 4] = np.cos(qpos[a:, 3]), np.sin(qpos[a:, 3])
         obj[:, 5:] = qvel[a:]
-        you = locked[None, :] & (which_locked[None, :] == np.arange(a)[:, None])  # [A, O]
-        team = locked[None, :] & (self.team[which_locked][None, :] == self.team[:, None])
-        mine = held[:, None] == self._obj_range[None, :]  # [A, O]
-        other = (mine.sum(axis=0)[None, :] - mine) > 0
+        any_locked = np.count_nonzero(locked) > 0  # else the lock columns stay 0
+        if any_locked:
+            you = locked[None, :] & (which_locked[None, :] == self._rows)  # [A, O]
+            team = locked[None, :] & (self.team[which_locked][None, :] == self.team[:, None])
+        if extra:
+            mine = held[:, None] == self._obj_range[None, :]  # [A, O]
+            other = (mine.sum(axis=0)[None, :] - mine) > 0
         vis_obj = visible[:, a:]
         for key, sl, lock_cols in (("boxes", slice(0, b), True), ("ramps", slice(b, o), cfg.lock_ramp)):
             n = sl.stop - sl.start
@@ -159,7 +163,8 @@ class ObservationBuilder:
             if key == "boxes" and self._size_cols:
                 rows[:, :, 9:12] = self._box_sizes[None]
             if lock_cols:
-                rows[:, :, c], rows[:, :, c + 1], rows[:, :, c + 2] = you[:, sl], team[:, sl], locked[None, sl]
+                if any_locked:
+                    rows[:, :, c], rows[:, :, c + 1], rows[:, :, c + 2] = you[:, sl], team[:, sl], locked[None, sl]
                 c += 3
             if extra:
                 rows[:, :, c : c + 2] = qpos[None, a:, :2][:, sl] - xy[:, None, :]

@@ -95,6 +95,7 @@ def render_topdown(
     half_cone = np.deg2rad(cfg.vision_cone_deg) / 2
     for i in range(a):
         x, y, z, yaw = qpos[i]
+        yaw = yaw + np.deg2rad(cfg.facing_offset_deg)  # the agent's front
         frozen = in_prep and i >= n_hiders
         rgb = TEAM_RGB[int(i >= n_hiders)]
         if frozen:

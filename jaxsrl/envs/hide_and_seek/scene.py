@@ -5,10 +5,11 @@ slide x, slide y, slide z (passive, under gravity: agents can climb ramps and bo
 and a hinge about z. Hence ``qpos`` reshaped to ``[n_movable, 4]`` reads directly as
 ``(x, y, z, yaw)`` in world coordinates, and ``qvel`` as ``(vx, vy, vz, wz)``.
 Body order: hiders, seekers, boxes, ramps. Agents have three motors (force x,
-force y, torque z). Grabbing and locking are weld equalities created inactive:
-one per (agent, object) pair and one per object to the world.
+force y, torque z). Grabbing is a weld equality created inactive, one per (agent, object)
+pair; locking limits the object's joints to their current values (manipulation.py).
 
-Geom groups (used by the ray casts): 0 floor, 1 walls, 2 boxes, 3 ramps, 4 agents.
+Geom groups (used by the ray casts): 0 floor, 1 walls, 2 boxes, 3 ramps, 4 agents (and
+their arms, ``ARM_OFFSETS``, when ``agent_arms``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from jaxsrl.envs.hide_and_seek.layout import Layout
 
 GROUP_FLOOR, GROUP_WALL, GROUP_BOX, GROUP_RAMP, GROUP_AGENT = 0, 1, 2, 3, 4
 DOFS_PER_BODY = 4
+ARM_RADIUS = 0.05
+ARM_OFFSETS = ((-0.13, 0.075, -0.05), (0.13, 0.075, -0.05))
+"""Centres of the two massless arm spheres in the agent's frame (m): particle_hinge.xml:15-16
+with y mirrored like the whole arena (layout.py), i.e. on the agent's front (+y at yaw 0,
+``facing_offset_deg``)."""
 
 
 def ramp_vertices(size: tuple[float, float, float]) -> np.ndarray:
@@ -53,13 +59,26 @@ def _mu(value: float) -> str:
 
 
 
+def _arms(cfg: HideAndSeekConfig, name: str, rgba: str) -> str:
+    """The agent's two arm geoms: mass 0, the agent's friction (set_geom_attr_transform sets
+    every geom of the agent, mae:modules/agents.py:41-42)."""
+    if not cfg.agent_arms:
+        return ""
+    return "".join(
+        f'<geom name="{name}_arm{k + 1}" type="sphere" size="{ARM_RADIUS:g}" mass="0" pos="{_f(pos)}" '
+        f'{_mu(cfg.other_friction)} group="{GROUP_AGENT}" rgba="{rgba}"/>'
+        for k, pos in enumerate(ARM_OFFSETS)
+    )
+
+
 def build_mjcf(cfg: HideAndSeekConfig, layout: Layout) -> str:
     """MJCF text of the scene. Initial poses are not in the XML: the env writes qpos."""
     n_h, n_s = len(layout.hiders), len(layout.seekers)
     n_b, n_r = len(layout.boxes), len(layout.ramps)
     out = [
         '<mujoco model="hide_and_seek">',
-        f'<option timestep="{cfg.timestep:g}" gravity="0 0 {cfg.gravity:g}"/>',
+        f'<option timestep="{cfg.timestep:g}" gravity="0 0 {cfg.gravity:g}">'
+        f'<flag sleep="{"enable" if cfg.physics_sleep else "disable"}"/></option>',
         '<default><geom condim="3"/></default>',
         f'<asset><mesh name="ramp" vertex="{_f(ramp_vertices(cfg.ramp_size))}"/></asset>',
         "<worldbody>",
@@ -77,7 +96,7 @@ def build_mjcf(cfg: HideAndSeekConfig, layout: Layout) -> str:
         out.append(
             f'<body name="{name}">{_joints(name, cfg.agent_damping, cfg.agent_z_damping, cfg.agent_angular_damping)}'
             f'<geom name="{name}" type="sphere" size="{cfg.agent_radius:g}" mass="{cfg.agent_mass:g}" '
-            f'{_mu(cfg.other_friction)} group="{GROUP_AGENT}" rgba="{rgba}"/></body>'
+            f'{_mu(cfg.other_friction)} group="{GROUP_AGENT}" rgba="{rgba}"/>{_arms(cfg, name, rgba)}</body>'
         )
     for k, size in enumerate(layout.box_sizes):
         out.append(
@@ -100,8 +119,6 @@ def build_mjcf(cfg: HideAndSeekConfig, layout: Layout) -> str:
     for name in agent_names:  # grab welds, index a * n_objects + o
         for obj in objects:
             out.append(f'<weld body1="{name}" body2="{obj}" active="false" solref="0.02 1"/>')
-    for obj in objects:  # lock welds to the world, index n_agents * n_objects + o
-        out.append(f'<weld body1="{obj}" active="false" solref="0.01 1"/>')
     out.append("</equality></mujoco>")
     return "".join(out)
 
@@ -132,9 +149,6 @@ class SceneIndex:
 
     def grab_eq(self, agent: int, obj: int) -> int:
         return agent * self.n_objects + obj
-
-    def lock_eq(self, obj: int) -> int:
-        return self.n_agents * self.n_objects + obj
 
 
 def compile_scene(cfg: HideAndSeekConfig, layout: Layout) -> tuple[mujoco.MjModel, SceneIndex]:

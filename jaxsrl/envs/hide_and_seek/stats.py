@@ -2,9 +2,16 @@
 apart (object movement in the preparation phase and overall, locking by team, how
 often hiders are seen). ``EpisodeStats.summary`` returns a flat ``dict[str, float]``.
 
-Keys (distances in m, displacements in the x-y plane from the episode start):
-``{box,ramp}_move_{prep,end}_{mean,max}``, ``{boxes,ramps}_locked_{hiders,seekers}_{prep,end}``
-(objects locked at the end of the preparation phase / of the episode),
+Keys (distances in m; displacements are 3-D norms of the position change since the
+episode start, as released: ``np.linalg.norm(obs['box_pos'] - box_pos_start)``,
+mae:hide_and_seek.py:57-78): ``{box,ramp}_move_{prep,end}_{mean,max}``,
+``{boxes,ramps}_locked_{hiders,seekers}_{prep,end}`` (objects locked at the "prep"
+snapshot / at the end of the episode). The "prep" snapshot is taken, as released
+(mae:hide_and_seek.py:60-62), after the first step at which the preparation timer
+``min(1, t / (prep_steps + 1e-5))`` reads 1.0, i.e. after step ``prep_steps + 1`` (33 of 80),
+the first step in which seekers could act. ``max_box_move_prep`` of the original is
+``box_move_prep_max``, ``num_box_lock_prep`` is the sum of the two ``boxes_locked_*_prep``.
+Also:
 ``lock_events_{hiders,seekers}``, ``hider_seen_fraction`` (post-preparation steps in
 which some hider was seen), ``{hider,seeker}_team_return`` (team reward summed over
 the episode, penalties excluded), ``{hider,seeker}_holding_fraction`` (agent-steps
@@ -26,18 +33,22 @@ class EpisodeStats:
     def __init__(self, index: SceneIndex, prep_steps: int, qpos: np.ndarray):
         self._idx = index
         self._prep_steps = prep_steps
-        self._start = qpos[index.n_agents :, :2].copy()  # [O, 2]
+        self._start = qpos[index.n_agents :, :3].copy()  # [O, 3]
+        # first t with min(1, t / (prep_steps + 1e-5)) == 1.0 (mae:prep_phase.py:32-36)
+        self._snapshot_step = int(np.ceil(prep_steps + 1e-5))
         self._prep_move = np.zeros(index.n_objects)
         self._prep_locks: np.ndarray | None = None
         self._steps = 0
         self._post_prep = 0
         self._seen = 0
         self._team_return = 0.0
-        self._holding = np.zeros(2)
+        self._held_steps: np.ndarray | None = None
+        self._team: np.ndarray | None = None
         self._out = 0
 
     def _move(self, qpos: np.ndarray) -> np.ndarray:
-        return np.hypot(*(qpos[self._idx.n_agents :, :2] - self._start).T)
+        delta = qpos[self._idx.n_agents :, :3] - self._start
+        return np.sqrt(np.einsum("ij,ij->i", delta, delta))
 
     @staticmethod
     def _locks(lock_team: np.ndarray, lo: int, hi: int) -> tuple[float, float]:
@@ -47,16 +58,18 @@ class EpisodeStats:
     def record(
         self, qpos, lock_team, held, team, any_hider_seen: bool, in_prep: bool, hider_team_reward: float, n_out: int
     ) -> None:
-        """Called after every env step (``in_prep``: the step belonged to the preparation phase)."""
+        """Called after every env step (``in_prep``: the step belonged to the preparation phase;
+        ``qpos`` ``[M, 4]`` after it)."""
         self._steps += 1
         if not in_prep:
             self._post_prep += 1
             self._seen += int(any_hider_seen)
         self._team_return += hider_team_reward
-        holding = held >= 0
-        self._holding += (np.sum(holding & (team == HIDER)), np.sum(holding & (team == SEEKER)))
+        if self._held_steps is None:
+            self._held_steps, self._team = np.zeros(len(held), np.int64), team
+        self._held_steps += held >= 0  # [A] steps each agent held something
         self._out += n_out
-        if self._steps == self._prep_steps:
+        if self._steps == self._snapshot_step:
             self._prep_move = self._move(qpos)
             self._prep_locks = lock_team.copy()
 
@@ -82,8 +95,10 @@ class EpisodeStats:
         out["hider_team_return"] = float(self._team_return)
         out["seeker_team_return"] = -float(self._team_return)
         steps = max(self._steps, 1)
-        out["hider_holding_fraction"] = float(self._holding[0]) / (steps * max(idx.n_hiders, 1))
-        out["seeker_holding_fraction"] = float(self._holding[1]) / (steps * max(idx.n_seekers, 1))
+        held = self._held_steps if self._held_steps is not None else np.zeros(0, np.int64)
+        team = self._team if self._team is not None else np.zeros(0, np.int64)
+        out["hider_holding_fraction"] = float(held[team == HIDER].sum()) / (steps * max(idx.n_hiders, 1))
+        out["seeker_holding_fraction"] = float(held[team == SEEKER].sum()) / (steps * max(idx.n_seekers, 1))
         out["agent_out_steps"] = float(self._out)
         out["episode_length"] = float(self._steps)
         out.update(n_hiders=float(idx.n_hiders), n_seekers=float(idx.n_seekers),

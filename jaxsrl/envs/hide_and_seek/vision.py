@@ -3,9 +3,12 @@
 Line of sight is one ray from the observer's centre to the target's centre (agent
 centre, box centre, ramp centroid), as released (mae:util/vision.py:41-66). Everything
 solid but the floor occludes: boxes, ramps, other agents and, with ``rays_hit_walls``
-(default; a deviation, see config.py), walls. A target is visible
-when it is inside the cone (measured in the x-y plane) and the first thing the ray
-meets is the target itself or lies beyond the target's centre.
+(default; a deviation, see config.py), walls. The cone's axis is the agent's front, at
+yaw + ``facing_offset_deg`` (+90: the released -90, mae:modules/agents.py:83, in our
+y-mirrored frame). A target is
+visible when it is inside the cone (measured in the x-y plane) and the first thing the
+ray meets belongs to the target's body (an agent's arms count, ``check_body``,
+mae:util/vision.py:41-60) or lies beyond the target's centre.
 
 Lidar (mae:wrappers/lidar.py:34-38, 96-105): ``n_lidar`` horizontal rays from the
 agent's centre in the world frame, ray ``k`` at angle 2 pi k / n_lidar from +x,
@@ -52,40 +55,52 @@ class Vision:
         self._n_lidar = cfg.n_lidar
         self._geom_body = model.geom_bodyid
         self._target_geom = index.geom[:n]  # [N]
+        self._target_body = index.body[:n]  # [N]
+        # geom id -> body id, with one extra entry so that "no hit" (-1) maps to -1
+        self._body_of = np.append(model.geom_bodyid, -1).astype(np.int64)
+        self._facing = float(np.deg2rad(cfg.facing_offset_deg))
         self._eye = np.eye(a, n, dtype=bool)
         # One ray bundle per observer: N line-of-sight rays then L lidar rays.
         # Rows are contiguous views, written in place by mj_multiRay.
         self._vec = np.zeros((a, n + cfg.n_lidar, 3), np.float64)
         self._ids = np.zeros((a, n + cfg.n_lidar), np.int32)
         self._hit = np.zeros((a, n + cfg.n_lidar), np.float64)
+        self._vec[:, n:, 0] = self._lidar_cos[None, :]  # world frame: ray 0 along +x, fixed
+        self._vec[:, n:, 1] = self._lidar_sin[None, :]
+        self._diag = (np.arange(a), np.arange(a))
+        self._not_eye = ~self._eye
+        self._flat_rays = [self._vec[i].reshape(-1) for i in range(a)]  # views
+        self._eye_bodies = [int(b) for b in index.body[:a]]
+        self._eye_idx = np.asarray(index.body[:a], np.intp)
 
     def sense(self, data: mujoco.MjData) -> tuple[np.ndarray, np.ndarray]:
         idx, m = self._idx, self._model
         a, n, nl = idx.n_agents, idx.n_agents + idx.n_objects, self._n_lidar
-        bodies = idx.body
-        eyes = data.xpos[bodies[:a]]  # [A, 3] agent centres
+        eyes = data.xpos[self._eye_idx]  # [A, 3] agent centres
         targets = data.geom_xpos[self._target_geom]  # [N, 3]
-        yaw = data.qpos[3 : 4 * a : 4]  # [A]
-        cos, sin = np.cos(yaw), np.sin(yaw)
+        yaw = data.qpos[3 : 4 * a : 4] + self._facing  # [A] direction of each agent's front
+        cos, sin = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
 
         rays = self._vec
         vec = rays[:, :n]  # [A, N, 3] view
         np.subtract(targets[None, :, :], eyes[:, None, :], out=vec)
-        vec[self._eye] = (1.0, 0.0, 0.0)  # self: any unit vector, masked below
-        dist = np.sqrt(np.einsum("ijk,ijk->ij", vec, vec))  # [A, N]
-        planar = np.hypot(vec[..., 0], vec[..., 1])
-        in_cone = vec[..., 0] * cos[:, None] + vec[..., 1] * sin[:, None] >= self._cos_half * planar - 1e-9
+        vec[self._diag] = (1.0, 0.0, 0.0)  # self: any unit vector, masked below
+        sq = vec * vec
+        planar2 = sq[..., 0] + sq[..., 1]  # [A, N]
+        dist = np.sqrt(planar2 + sq[..., 2])  # [A, N]
+        dot = vec[..., 0] * cos + vec[..., 1] * sin  # [A, N] planar projection on the front
+        in_cone = dot >= self._cos_half * np.sqrt(planar2) - 1e-9
         vec /= dist[..., None]
-        rays[:, n:, 0] = self._lidar_cos[None, :]  # world frame: ray 0 along +x
-        rays[:, n:, 1] = self._lidar_sin[None, :]
 
         ids, hit, groups = self._ids, self._hit, self._groups
         multi_ray = mujoco.mj_multiRay
-        for i in range(a):
-            multi_ray(m, data, eyes[i], rays[i].ravel(), groups, 1, int(bodies[i]), ids[i], hit[i], None, n + nl, 1e6)
+        flat = self._flat_rays
+        for i, body in enumerate(self._eye_bodies):
+            multi_ray(m, data, eyes[i], flat[i], groups, 1, body, ids[i], hit[i], None, n + nl, 1e6)
         los_ids, los_hit = ids[:, :n], hit[:, :n]
-        clear = (los_ids < 0) | (los_hit >= dist - 1e-6) | (los_ids == self._target_geom[None, :])
-        visible = in_cone & clear & ~self._eye
+        hit_body = self._body_of[los_ids]  # [A, N], -1 where nothing was hit
+        clear = (los_ids < 0) | (los_hit >= dist - 1e-6) | (hit_body == self._target_body[None, :])
+        visible = in_cone & clear & self._not_eye
         lid_ids, lid_hit = ids[:, n:], hit[:, n:]
         rng = self._lidar_range
         lidar = np.where(lid_ids < 0, rng, lid_hit).astype(np.float32)  # not capped, as released
