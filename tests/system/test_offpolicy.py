@@ -1,4 +1,4 @@
-"""The off-policy learner (jaxsrl/workers/learner/replay_trainer.py, replay_feed.py): the
+"""The off-policy learner (jaxsrl/workers/learner/replay_trainer.py, jaxsrl/workers/buffer/feed.py): the
 replay path driven turn by turn with fake segments and a fake agent whose state counts
 its updates, so every rate-limiter and back-pressure decision is checked exactly;
 checkpoints of the replay; the dataflow's buffer worker."""
