@@ -29,6 +29,7 @@ Sockets (see ``jaxsrl/streams/replay_wire.py`` for the messages):
   ``buffer_status``::
 
       meta {buffer, run, pid, sample_address, request_address, serving, heartbeat_age_s,
+            pending (requests waiting for the limiter), insert_allowed (the limiter's),
             env_steps (run-long total), episodes [finished episodes since the last status],
             means {replay/..., staleness_mean, staleness_max, actor/...},
             counters {dropped_segments, ...}, seen [actor ids heard from]}
@@ -296,6 +297,7 @@ class BufferServer(Worker):
         return {"buffer": self.name, "run": self.run_id, "pid": os.getpid(),
                 "sample_address": self.sample_address, "request_address": self.request_address,
                 "serving": self.serving.is_set(), "heartbeat_age_s": now - self.heartbeat,
+                "pending": len(self.pending), "insert_allowed": self.feed.insert_allowed(),
                 "env_steps": snap["env_steps"], "episodes": episodes, "means": means,
                 "counters": counters, "seen": self.table.take_heard()}
 
