@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from typing import NamedTuple
 
 import gymnasium
@@ -444,3 +445,48 @@ def test_dqn_with_buffer_processes_then_resume(tmp_path, caplog):
                                          "--resume"]))
     assert "not checkpointed: refilling" in caplog.text
     assert record2["policy_version"] > record["policy_version"]
+
+
+def test_a_killed_buffer_process_is_restarted(tmp_path, caplog):
+    """SIGKILL the buffer process mid-run: the launcher restarts it on the same ports,
+    the actors and the trainer reconnect by themselves, it refills and learning goes
+    on (counted: buffer_restarts); no child process is left at the end."""
+    import threading  # noqa: PLC0415
+
+    import psutil  # noqa: PLC0415
+
+    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
+    from jaxsrl.launch.launcher import train  # noqa: PLC0415
+    caplog.set_level(logging.INFO, logger="jaxsrl")
+    logdir = str(tmp_path / "dqn")
+    cfg = load_config(DQN_SMALL + [f"--config={_buffer_process_config(tmp_path, 1)}",
+                                   f"--logdir={logdir}", "--total_env_steps=4000"])
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.update(train(cfg)), daemon=True)
+    thread.start()
+
+    def buffers():
+        return [p for p in psutil.Process().children(recursive=True)
+                if "jaxsrl.workers.buffer" in " ".join(p.cmdline())]
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(
+            r.get("policy_version", 0) > 0 for r in _records_or_none(logdir)):
+        time.sleep(0.2)
+    (victim,) = buffers()
+    victim.kill()
+    killed_at = max(r.get("policy_version", 0) for r in _records_or_none(logdir))
+    thread.join(300)
+    assert not thread.is_alive() and out["env_steps"] >= 4000
+    assert "restarting it on the same ports" in caplog.text
+    final = _records(logdir)[-1]
+    assert final["buffer_restarts"] == 1
+    assert final["policy_version"] > killed_at  # learning went on from the new process
+    assert buffers() == []
+
+
+def _records_or_none(logdir):
+    try:
+        return _records(logdir)
+    except (FileNotFoundError, ValueError):  # not there yet, or a line being written
+        return []
