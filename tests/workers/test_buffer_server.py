@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-import jax
 import numpy as np
 import pytest
 import zmq
