@@ -19,10 +19,10 @@ Sockets (see ``jaxsrl/streams/replay_wire.py`` for the messages):
   queue and 4 KiB kernel buffers, like a replay learner's; the socket is read only
   while the rate limiter allows inserts, so a learner that falls behind slows the
   actors (their sends block), it does not drop their data;
-- **requests** (ROUTER, bound): the trainer's ``sample`` requests (one outstanding per
-  trainer connection; a repeated request replaces the pending one) are answered with a
-  ``replay_batch`` only while the limiter allows an update, so the learner waits for
-  data; ``priorities`` are written back (dropped if they name another run of this
+- **requests** (ROUTER, bound): the trainer's ``sample`` requests (a few outstanding
+  per trainer connection, answered oldest first; a request sent again is held once)
+  are answered with a ``replay_batch`` only while the limiter allows an update, so the
+  learner waits for data; ``priorities`` are written back (dropped if they name another run of this
   process, i.e. a batch from before a restart); the launcher's ``actor_runs`` fill the
   actor table;
 - **status** (PUSH, connected to the launcher): every ``status_interval_s`` a
@@ -73,6 +73,7 @@ log = logging.getLogger("jaxsrl.buffer")
 MAX_STATUS_EPISODES = 400
 """Episodes per status message (the rest wait for the next one: a header stays small)."""
 MAX_STATUS_SEEN = 1000
+MAX_PENDING = 64  # sample requests held while the limiter allows no update
 
 
 class HeardTable(ActorTable):
@@ -139,7 +140,7 @@ class BufferServer(Worker):
         self.gate = SegmentGate(self._obs_space, factory.env.action_space, spec.segment_length,
                                 self._carry, spec.idle_rows, spec.max_rows, self.table,
                                 self.metrics, spec.on_nonfinite, spec.max_staleness, spec.name)
-        self.pending: dict[bytes, int] = {}  # trainer connection -> its outstanding request
+        self.pending: dict[tuple, None] = {}  # (trainer connection, request), oldest first
         self.episodes: collections.deque = collections.deque(maxlen=100 * MAX_STATUS_EPISODES)
         self.rng = jax.random.PRNGKey(self.run_id + 7919 * spec.shard)
         self.sample_address = self.request_address = None
@@ -232,7 +233,9 @@ class BufferServer(Worker):
                 req = msg.meta.get("req")
                 if type(req) is not int:  # noqa: E721
                     raise wire.WireError(f"sample meta 'req'={req!r} is not an integer")
-                self.pending[peer] = req
+                if (peer, req) not in self.pending and len(self.pending) >= MAX_PENDING:
+                    raise wire.WireError(f"more than {MAX_PENDING} sample requests waiting")
+                self.pending[(peer, req)] = None  # a request sent again is kept once
             elif msg.kind == replay_wire.PRIORITIES:
                 ids, priorities = replay_wire.check_priorities(msg, self.feed.batch_size)
                 if msg.meta.get("run") != self.run_id:
@@ -250,8 +253,8 @@ class BufferServer(Worker):
         """Answer pending requests while the limiter allows updates; returns the answers."""
         sent = 0
         while self.pending and self.feed.updates_allowed() > 0:
-            peer, req = next(iter(self.pending.items()))
-            del self.pending[peer]
+            peer, req = next(iter(self.pending))
+            del self.pending[(peer, req)]
             self.rng, key = jax.random.split(self.rng)
             batch, ids = self.feed.sample(key, self.gate.version)
             frames = replay_wire.encode_batch(batch.items, batch.weights, ids,

@@ -3,14 +3,14 @@
 
 The actors' segments go to the buffer processes (``jaxsrl/workers/buffer/server.py``),
 not here: this trainer binds no sample socket. It connects one DEALER socket to each
-buffer process (shard) of its stream and keeps one ``sample`` request outstanding per
-shard (``jaxsrl/streams/replay_wire.py``), so with several shards it learns from
-whichever answers first, in turn. On each ``replay_batch``:
+buffer process (shard) of its stream and keeps :attr:`BufferClientTrainer.prefetch` ``sample``
+requests outstanding per shard (``jaxsrl/streams/replay_wire.py``), so with several
+shards it learns from whichever answers first, in turn. On each ``replay_batch``:
 
 1. the batch is checked against the item schema (a malformed one is dropped and
    counted, ``dropped_batches``) and the next request goes out at once, so the buffer
-   samples the next batch while this one is learned from (its priorities are then one
-   update behind, as in Ape-X's distributed replay);
+   samples the next batches while this one is learned from (their priorities are then
+   up to ``prefetch`` updates behind, as in Ape-X's distributed replay);
 2. jitted ``learn(state, batch, rng) -> (state, metrics, priorities)``; an update whose
    new state holds NaN or Inf is discarded (``nonfinite_updates_skipped``);
 3. the priorities go back to the shard that sampled the batch (with its run id: a
@@ -21,7 +21,7 @@ whichever answers first, in turn. On each ``replay_batch``:
 The rate limiter lives in the buffer processes: they answer only while it allows an
 update (the learner waits for data) and read their sample sockets only while it allows
 inserts (the actors are slowed). A request unanswered for :data:`RESEND_S` is sent
-again (a restarted shard lost it; a waiting shard replaces its pending one). Replay
+again (a restarted shard lost it; a waiting shard holds it once). Replay
 metrics reach the run through the buffers' status messages; the trainer logs the
 agent's metrics, ``learner/update_ms``, ``learner/batch_wait_ms`` and
 ``learner/publish_ms``.
@@ -56,8 +56,7 @@ RESEND_S = 1.0
 @dataclasses.dataclass
 class _Shard:
     sock: zmq.Socket
-    req: int | None = None  # outstanding request
-    sent_at: float = 0.0
+    reqs: dict = dataclasses.field(default_factory=dict)  # outstanding request -> sent at
 
 
 class BufferClientTrainer(TrainerWorker):
@@ -80,6 +79,10 @@ class BufferClientTrainer(TrainerWorker):
     #: the actors' side of the sample stream (now towards the buffer processes)
     sample_send_hwm = 1
     sample_buffer_bytes = 4096
+    #: requests kept outstanding per shard: the shard samples the next batches while
+    #: this one is learned from, so its answers' latency (another process, woken by
+    #: the OS) stays hidden behind ``learn`` (Reverb's and Acme's prefetch)
+    prefetch = 2
 
     def __init__(self, *args: Any, fns: AgentFns, connect: Callable[[threading.Event], Any],
                  restore_replay: bool = False, **kwargs: Any):
@@ -145,23 +148,29 @@ class BufferClientTrainer(TrainerWorker):
             self._requests.close()
 
     # -- the loop -------------------------------------------------------------------
-    def _ask(self, shard: _Shard, now: float) -> None:
-        if shard.req is None:
-            self._next_req += 1
-            shard.req = self._next_req
+    def _ask(self, shard: _Shard, req: int, now: float) -> None:
+        shard.reqs[req] = now
         try:
             shard.sock.send_multipart(wire.encode(replay_wire.SAMPLE, {}, {
-                "req": shard.req, "version": self.version}), flags=zmq.NOBLOCK)
+                "req": req, "version": self.version}), flags=zmq.NOBLOCK)
         except zmq.Again:  # the shard is gone: asked again after RESEND_S
             pass
-        shard.sent_at = now
+
+    def _fill(self, shard: _Shard, now: float) -> None:
+        """Keep ``prefetch`` requests outstanding at ``shard``; send again those
+        unanswered for :data:`RESEND_S` (a restarted shard lost them)."""
+        for req, sent_at in list(shard.reqs.items()):
+            if now - sent_at > RESEND_S:
+                self._ask(shard, req, now)
+        while len(shard.reqs) < self.prefetch:
+            self._next_req += 1
+            self._ask(shard, self._next_req, now)
 
     def turn(self, poller: zmq.Poller, timeout_ms: int = 100) -> None:
-        """Ask every shard without a fresh request, then learn from each batch that came."""
+        """Keep every shard's requests outstanding, then learn from each batch that came."""
         now = time.monotonic()
         for s in self.shards:
-            if s.req is None or now - s.sent_at > RESEND_S:
-                self._ask(s, now)
+            self._fill(s, now)
         events = dict(poller.poll(timeout_ms))
         for s in self.shards:
             if s.sock in events and not self.stop.is_set():
@@ -178,10 +187,9 @@ class BufferClientTrainer(TrainerWorker):
             self._batch_drops(self.name, exc)
             self.metrics.count("dropped_batches")
             return
-        if msg.meta["req"] != shard.req:
-            return  # the answer to a request sent again meanwhile
-        shard.req = None
-        self._ask(shard, time.monotonic())  # the buffer samples the next while we learn
+        if shard.reqs.pop(msg.meta["req"], None) is None:
+            return  # a second answer to a request sent again meanwhile
+        self._fill(shard, time.monotonic())  # the buffer samples the next while we learn
         self._update_from(shard, msg, ReplayBatch(items, msg.arrays["weights"]))
 
     def _update_from(self, shard: _Shard, msg: wire.Message, batch: ReplayBatch) -> None:
