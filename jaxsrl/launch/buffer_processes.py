@@ -251,9 +251,12 @@ class BufferProcesses(Worker):
         if not (isinstance(sample, str) and isinstance(request, str)):
             return
         if s.request_address is None:  # first start: later runs bind the same ports
+            try:
+                ports = [int(a.rsplit(":", 1)[1]) for a in (sample, request)]
+            except (IndexError, ValueError):
+                return  # not tcp://host:port: not from a buffer process of this run
             s.sample_address, s.request_address = sample, request
-            s.child.spec = s.child.spec | {"sample_port": int(sample.rsplit(":", 1)[1]),
-                                           "request_port": int(request.rsplit(":", 1)[1])}
+            s.child.spec = s.child.spec | {"sample_port": ports[0], "request_port": ports[1]}
             s.control = open_socket(self.context, zmq.DEALER, send_hwm=2)
             s.control.connect(request)
         elif (sample, request) != (s.sample_address, s.request_address):
