@@ -12,7 +12,8 @@ one thread of the learner process (:class:`~jaxsrl.launch.worker_threads.Kind` `
   :class:`~jaxsrl.launch.processes.ChildProcess` (``JAX_PLATFORMS=cpu``: the replay lives
   in host memory); it is ``ready`` once every shard bound its sockets and compiled;
 * from each ``buffer_status`` it adds the shard's env steps, finished episodes,
-  ``replay/...`` means (averaged over shards and reports), counters and the actors it
+  ``replay/...`` means (averaged over shards and reports; with several shards also
+  ``replay/shard_<i>/size``), counters and the actors it
   heard from (hang detection) to the run's metrics, as the trainer does for a
   learner-placed buffer;
 * it sends the run's actor table (``actor_runs``) to every shard when it changes and
@@ -233,8 +234,13 @@ class BufferProcesses(Worker):
                                     suffix=f"/{team}")
         means = meta.get("means")
         if isinstance(means, dict):
-            metrics.add_means({k: v for k, v in means.items() if isinstance(k, str) and len(k) < 64
-                               and type(v) in (int, float) and math.isfinite(v)})
+            means = {k: v for k, v in means.items() if isinstance(k, str) and len(k) < 64
+                     and type(v) in (int, float) and math.isfinite(v)}
+            metrics.add_means(means)
+            if "replay/size" in means and sum(x.stream == s.stream for x in self.shards) > 1:
+                # per shard too: replay[1] -> replay/shard_1/size
+                metrics.add_means({f"replay/shard_{s.child.spec.get('shard', 0)}/size":
+                                   means["replay/size"]})
         counters = meta.get("counters")
         if isinstance(counters, dict):
             for k, v in counters.items():
