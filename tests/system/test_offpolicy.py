@@ -433,7 +433,8 @@ def test_dqn_with_buffer_processes_then_resume(tmp_path, caplog):
     last = [r for r in _records(logdir) if "replay/priority_max" in r][-1]
     assert last["replay/priority_max"] != pytest.approx(1.0)
     assert "loss" in last and last["replay/size"] > 250  # per shard: 500 / 2 to fill
-    assert last["replay/shard_0/size"] > 250 and last["replay/shard_1/size"] > 250  # both fed
+    for shard in (0, 1):  # both shards are fed (each actor process feeds one)
+        assert max(r.get(f"replay/shard_{shard}/size", 0) for r in _records(logdir)) > 250
     for key in ("replay/inserts_per_s", "replay/samples_per_s", "replay/ratio",
                 "staleness_mean", "episode_return_mean"):
         assert key in last, key
