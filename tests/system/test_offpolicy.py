@@ -315,6 +315,24 @@ def test_planned_updates_and_trainer_kind():
     assert replay_setup.trainer_kind(AgentFns(None, None, None, None), Cfg, 7) == (TrainerWorker, {})
 
 
+def test_buffer_processes_refuse_what_they_do_not_support():
+    from jaxsrl.workers.learner.buffer_client import BufferClientTrainer  # noqa: PLC0415
+    flow = dataclasses.replace(default_dataflow(2), buffers=(
+        BufferSpec("replay", "samples", "process", 2),))
+
+    class Cfg:
+        save_replay, launcher, curve, resume = False, "local", False, True
+    replay_setup.check_buffer_processes(flow, Cfg)  # nothing refused
+    for key, value, words in (("save_replay", True, "--save_replay"),
+                              ("launcher", "serial", "--launcher=serial"), ("curve", True, "--curve")):
+        bad = type("Bad", (Cfg,), {key: value})
+        with pytest.raises(ValueError, match=f"buffer 'replay' has placement='process', which "
+                                             f"does not support {words}"):
+            replay_setup.complete_dataflow(flow, {"trainer": fake_agent(ReplaySpec())}, 1, bad)
+    kind, extra = replay_setup.trainer_kind(fake_agent(ReplaySpec()), Cfg, 7, connect=print)
+    assert kind is BufferClientTrainer and extra["connect"] is print and extra["restore_replay"]
+
+
 # -- end to end, through real actor processes ------------------------------------------
 def _records(logdir):
     import json  # noqa: PLC0415
