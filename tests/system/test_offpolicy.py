@@ -329,6 +329,10 @@ def test_buffer_processes_refuse_what_they_do_not_support():
         with pytest.raises(ValueError, match=f"buffer 'replay' has placement='process', which "
                                              f"does not support {words}"):
             replay_setup.complete_dataflow(flow, {"trainer": fake_agent(ReplaySpec())}, 1, bad)
+    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
+    example = load_config(["--agent=dqn", "--env=CartPole-v1",
+                           "--config=configs/dqn/CartPole-v1-buffer-process.toml"])
+    assert example.get_dataflow().buffers == (BufferSpec("replay", "samples", "process", 1),)
     kind, extra = replay_setup.trainer_kind(fake_agent(ReplaySpec()), Cfg, 7, connect=print)
     assert kind is BufferClientTrainer and extra["connect"] is print and extra["restore_replay"]
 
