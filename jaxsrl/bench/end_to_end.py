@@ -69,9 +69,16 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
-def summarize(records: list[dict], warmup_intervals: int) -> dict:
+def _first(records: list[dict], learning_only: bool = False) -> int | None:
+    """Index of the first record with frames (``learning_only``: and updates, for
+    off-policy runs, whose actors run ahead of the learner until the minimum fill)."""
+    return next((i for i, r in enumerate(records) if r.get("env_steps", 0) > 0
+                 and (not learning_only or r.get("policy_version", 0) > 0)), None)
+
+
+def summarize(records: list[dict], warmup_intervals: int, learning_only: bool = False) -> dict:
     """Frames/s and friends over the records after warm-up (see module docstring)."""
-    first = next((i for i, r in enumerate(records) if r.get("env_steps", 0) > 0), None)
+    first = _first(records, learning_only)
     if first is None:
         raise RuntimeError("the run produced no env steps")
     start = min(first + warmup_intervals, len(records) - 2)
@@ -98,6 +105,8 @@ def summarize(records: list[dict], warmup_intervals: int) -> dict:
         "inference_latency_ms_p50": _mean([r.get("inference/latency_ms_p50") for r in window]),
         "inference_latency_ms_p99": _mean([r.get("inference/latency_ms_p99") for r in window]),
         "staleness_mean": _mean([r.get("staleness_mean") for r in window]),
+        # off-policy runs: the achieved samples per inserted item (None for on-policy)
+        "replay_ratio": _mean([r.get("replay/ratio") for r in window]),
         "actor_wait_fraction": _mean([wait_fraction(r) for r in window]),
         "episode_return_mean_last": e.get("episode_return_mean"),
         "first_frames_at_s": records[first]["wall_time_s"],
@@ -108,8 +117,9 @@ def summarize(records: list[dict], warmup_intervals: int) -> dict:
 
 
 def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, measure_s: float,
-        timeout_s: float = 180.0, sample_memory: bool = True) -> dict:
-    """One training run in a child process, measured and stopped (see module docstring)."""
+        timeout_s: float = 180.0, sample_memory: bool = True, learning_only: bool = False) -> dict:
+    """One training run in a child process, measured and stopped (see module docstring;
+    ``learning_only``: the window starts once updates have started, see :func:`_first`)."""
     os.makedirs(logdir, exist_ok=True)
     run_dir = os.path.join(logdir, "run")  # the run folder holds the run's files only
     overrides = {**BASE_OVERRIDES, **overrides, "logdir": run_dir}
@@ -131,7 +141,7 @@ def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, me
                 stopped_early = f"the training process exited with code {child.returncode}"
                 break
             records = read_records(run_dir)
-            first = next((i for i, r in enumerate(records) if r.get("env_steps", 0) > 0), None)
+            first = _first(records, learning_only)
             if first is not None and len(records) > first + warmup_intervals:
                 start = records[first + warmup_intervals]["wall_time_s"]
                 if records[-1]["wall_time_s"] - start >= measure_s:
@@ -151,7 +161,7 @@ def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, me
             sampler.__exit__(None, None, None)
     records = read_records(run_dir)
     try:
-        out = summarize(records, warmup_intervals)
+        out = summarize(records, warmup_intervals, learning_only)
     except RuntimeError as exc:
         with open(log_path) as f:
             tail = "".join(f.readlines()[-15:])

@@ -25,6 +25,7 @@ RUNG_TITLES = {
     "end_to_end": "5. end to end",
     "scaling": "6. scaling",
     "replay": "7. replay buffer",
+    "offpolicy": "8. off-policy",
 }
 
 
@@ -279,6 +280,16 @@ def table(result: dict) -> list[dict]:
             + f" (compile {m['compile_s']:.1f} s)", None, rp)
     if rp is not None and not _ok(rp):
         add("replay", "items/s inserted", "—", _err(rp))
+    for o in rungs.get("offpolicy") or []:
+        what = f"training env steps/s, {o.get('label')}"
+        if not _ok(o):
+            add("offpolicy", what, "—", _err(o))
+            continue
+        add("offpolicy", what, fmt(o["env_steps_per_s"]),
+            f"{o['updates_per_s']:.1f} updates/s, replay ratio {fmt(o.get('replay_ratio'), 1)}, "
+            f"{fmt(o.get('learner_update_ms'), 2)} ms per update, staleness "
+            f"{fmt(o.get('staleness_mean'))}; `{o.get('command')}`; measured {o['seconds']:.1f} s "
+            f"after the first updates", None, o)
     return rows
 
 

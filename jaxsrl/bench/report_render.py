@@ -46,6 +46,11 @@ Every rung runs on the machine described above, with the run config resolved by
    agent's `ReplaySpec` (defaults for on-policy agents), uniform and prioritised: `add`
    of 256 host rows back to back, then `sample` (fetched to the host) and, prioritised,
    `sample` + `set_priorities` on the full buffer (`jaxsrl/bench/replay.py`).
+8. **Off-policy end to end** (opt-in: `--rungs=offpolicy`): rung 5's measurement for
+   Ape-X DQN on CartPole-v1 (replay in the learner, then in a buffer process) and SAC
+   on HalfCheetah-v5, each with its own configs, the window starting once updates
+   started; updates/s and the achieved replay ratio beside env steps/s
+   (`jaxsrl/bench/offpolicy.py`).
 
 **Memory**: peak resident set size per process kind: the kernel's high-water mark
 (`VmHWM` of `/proc/<pid>/status`) of the training process (= accelerator process) and

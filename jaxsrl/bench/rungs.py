@@ -17,11 +17,14 @@ from typing import Callable
 
 import numpy as np
 
-from jaxsrl.bench import agentfns, end_to_end, inference, learner, raw_env, replay, transport
+from jaxsrl.bench import (agentfns, end_to_end, inference, learner, offpolicy, raw_env, replay,
+                          transport)
 from jaxsrl.bench.load import LoadMeter
 from jaxsrl.bench.memory import MemorySampler
 
 RUNGS = ("raw_env", "transport", "inference", "learner", "end_to_end", "scaling", "replay")
+#: valid in ``--rungs`` but not run by default (their own configs, minutes each)
+OPT_IN_RUNGS = ("offpolicy",)
 
 
 @dataclasses.dataclass
@@ -153,6 +156,10 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
                     point.pop("resolved_config", None)
                 point["num_actors"] = n
                 rungs["scaling"].append(point)
+        if "offpolicy" in opts.rungs:
+            rungs["offpolicy"] = offpolicy.measure(
+                workdir, common, opts.e2e_warmup_intervals, opts.e2e_measure_s,
+                lambda name, fn: _guard(name, fn, log))
     finally:
         if not opts.workdir:
             shutil.rmtree(workdir, ignore_errors=True)

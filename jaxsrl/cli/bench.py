@@ -23,7 +23,7 @@ import sys
 import time
 
 from jaxsrl.bench import machine, report, report_render
-from jaxsrl.bench.rungs import RUNGS, Options, actor_layout, run_ladder
+from jaxsrl.bench.rungs import OPT_IN_RUNGS, RUNGS, Options, actor_layout, run_ladder
 from jaxsrl.core.paths import REPO_ROOT
 from jaxsrl.experiment.config import load_config, to_dict
 
@@ -55,7 +55,9 @@ def parser() -> argparse.ArgumentParser:
                    help="comma-separated extra actor counts for rung 3 (default: 4; "
                         "with --quick: none); the layout's count always runs")
     p.add_argument("--rungs", default=",".join(RUNGS),
-                   help=f"comma-separated rungs to run, of {','.join(RUNGS)}")
+                   help=f"comma-separated rungs to run, of {','.join(RUNGS + OPT_IN_RUNGS)} "
+                        f"(default: all but {','.join(OPT_IN_RUNGS)}: off-policy agents end to "
+                        "end, DQN CartPole-v1 and SAC HalfCheetah-v5 with their own configs)")
     p.add_argument("--rung_s", type=float, default=None, help="measured seconds of rungs 1-4")
     p.add_argument("--e2e_s", type=float, default=None, help="measured seconds of rung 5")
     p.add_argument("--from_json", default="",
@@ -105,9 +107,9 @@ def options(args, cfg, cores: int) -> Options:
     if args.e2e_s is not None:
         opts.e2e_measure_s = args.e2e_s
     opts.rungs = tuple(r for r in args.rungs.split(",") if r)
-    unknown = set(opts.rungs) - set(RUNGS)
+    unknown = set(opts.rungs) - set(RUNGS) - set(OPT_IN_RUNGS)
     if unknown:
-        raise ValueError(f"unknown rungs {sorted(unknown)}; valid: {','.join(RUNGS)}")
+        raise ValueError(f"unknown rungs {sorted(unknown)}; valid: {','.join(RUNGS + OPT_IN_RUNGS)}")
     opts.workdir = args.workdir
     return opts
 

@@ -10,3 +10,6 @@ EXIT_ENV_ERROR = 4
 """An actor's environment raised; the traceback is in the actor's error file."""
 EXIT_LEARNER_TIMEOUT = 5
 """An actor heard nothing from its learner (no new policy version) for too long."""
+EXIT_NONFINITE = 6
+"""A buffer process got a segment holding NaN or Inf under ``on_nonfinite="raise"``: the
+launcher stops the run naming it (no restart)."""

@@ -21,6 +21,11 @@ has none (``jaxsrl/workers/learner/replay_setup.py``); a ``buffers`` list in the
 
     buffers = [{name = "replay", sample_stream = "samples", placement = "learner"}]
 
+or places the replay in separate buffer processes (``placement = "process"``, ``count``
+shards, each fed by every ``count``-th actor process)::
+
+    buffers = [{name = "replay", sample_stream = "samples", placement = "process", count = 2}]
+
 Rules (checked by :meth:`Dataflow.validate`): every inference stream is served by
 exactly one policy worker and every sample stream is read by exactly one trainer;
 each policy has exactly one trainer; an actor group's two streams belong to the same
@@ -93,12 +98,13 @@ class TrainerSpec:
     policy: str
 
 
-#: Where a buffer worker may run. ``"learner"``: inside the trainer of its stream (a
-#: thread of the accelerator process), the items on the trainer's first device, so
-#: sampling never crosses the host (``jaxsrl/workers/learner/replay_trainer.py``). Separate
-#: buffer processes (``"process"``: fed by the sample stream, serving batches over a
-#: stream, for replay larger than the learner's memory) are not implemented yet.
-BUFFER_PLACEMENTS = ("learner",)
+#: Where a buffer worker may run. ``"learner"`` (the default): inside the trainer of its
+#: stream (a thread of the accelerator process), the items on the trainer's first device,
+#: so sampling never crosses the host (``jaxsrl/workers/learner/replay_trainer.py``).
+#: ``"process"``: ``count`` separate buffer processes (``jaxsrl/workers/buffer/server.py``)
+#: fed by the sample stream, holding the replay in host memory and serving batches to the
+#: trainer over a stream, for replay larger than the learner's memory.
+BUFFER_PLACEMENTS = ("learner", "process")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,11 +116,15 @@ class BufferSpec:
       sample_stream: the stream whose segments it stores; read by exactly one trainer,
         which samples its batches from this buffer.
       placement: one of :data:`BUFFER_PLACEMENTS` (default ``"learner"``).
+      count: buffer processes (shards) of a ``"process"`` buffer: actor process ``i``
+        feeds shard ``i % count``, the trainer draws from them in turn; capacity and
+        minimum fill are divided among them. 1 for ``"learner"``.
     """
 
     name: str
     sample_stream: str
     placement: str = "learner"
+    count: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,8 +225,10 @@ class Dataflow:
             buffered.add(b.sample_stream)
             if b.placement not in BUFFER_PLACEMENTS:
                 raise ValueError(f"buffer {b.name!r}: placement={b.placement!r}; valid: "
-                                 f"{list(BUFFER_PLACEMENTS)} (separate buffer processes are "
-                                 "not implemented yet)")
+                                 f"{list(BUFFER_PLACEMENTS)}")
+            if type(b.count) is not int or b.count < 1 or (b.count > 1 and b.placement != "process"):  # noqa: E721
+                raise ValueError(f"buffer {b.name!r}: count={b.count!r}; need an integer >= 1, "
+                                 "and 1 unless placement='process'")
 
     def policies(self) -> list[str]:
         return [t.policy for t in self.trainers]

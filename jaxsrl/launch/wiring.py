@@ -27,6 +27,7 @@ from jaxsrl.experiment.agent_build import factory_of_run
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.experiment.metrics import MetricsWriter, PolicyMetrics
 from jaxsrl.launch import serial
+from jaxsrl.launch.buffer_processes import BufferProcesses, shard_specs
 from jaxsrl.launch.control import Run
 from jaxsrl.launch.periodic_eval import PeriodicEvaluator
 from jaxsrl.launch.population import Population
@@ -143,7 +144,7 @@ def agent_setup(cfg: Any, flow: Any, placement: Any) -> AgentSetup:
     teams = factory.env.teams
     updates = planned_updates(cfg, flow, teams, factory.make(1).replay)  # make: closures only
     fns_of = {t.name: factory.make(updates[t.name]) for t in flow.trainers}
-    flow = replay_setup.complete_dataflow(flow, fns_of, placement.processes)
+    flow = replay_setup.complete_dataflow(flow, fns_of, placement.processes, cfg)
     act = placement.jit_act(fns_of[flow.trainers[0].name].act)
     return AgentSetup(spec, teams, fns_of, updates, act, flow)
 
@@ -179,7 +180,10 @@ def start(run: Run, setup: AgentSetup) -> None:
     run.keys = security.CurveKeys.generate(range(num_actors + num_remote)) if cfg.curve else None
     run.auth = security.start_authenticator(run.context, run.keys.allowed()) if run.keys else None
     run.population = Population.of_run(cfg, run.logdir, run.metrics)  # None without --population
-    _build_trainers(run, setup)
+    buffers = _buffer_processes(run, setup)  # None unless a buffer has placement "process"
+    _build_trainers(run, setup, buffers)
+    if buffers is not None:
+        buffers.metrics_of = {s: run.trainers[s].metrics for s in buffers.streams()}
     run.selfplay = SelfPlay.of_run(run)  # opponent pools: None without [opponents]
     remote = _build_servers(run, setup)
     manager = (run.population.manager({t.policy: t for t in run.trainers.values()})
@@ -189,11 +193,12 @@ def start(run: Run, setup: AgentSetup) -> None:
                    + ([WorkerThread(run.selfplay.worker, Kind.WATCH)] if run.selfplay else [])
                    + [WorkerThread(s, Kind.SERVER) for s in run.servers.values()]
                    + ([WorkerThread(remote, Kind.REMOTE_SERVERS)] if remote else [])
+                   + ([WorkerThread(buffers, Kind.WATCH)] if buffers else [])
                    + [WorkerThread(w, Kind.WATCH) for w in run.placement.watchers()])
     run.writer = MetricsWriter(run.logdir)
     _start_workers(run)
     run.seed_base = cfg.seed + run.metrics.env_steps
-    _build_actors(run, setup, remote)
+    _build_actors(run, setup, remote, buffers)
     for a in run.actors:
         a.start()
     run.evaluator = PeriodicEvaluator(run.logdir, cfg.eval_every, cfg.eval_episodes)
@@ -203,7 +208,32 @@ def _server_keys(run: Run) -> tuple | None:
     return (run.keys.server_public, run.keys.server_secret) if run.keys else None
 
 
-def _build_trainers(run: Run, setup: AgentSetup) -> None:
+def segment_rows(cfg: Any, flow: Any, setup: AgentSetup, stream: str) -> int:
+    """Most rows one segment of sample stream ``stream`` has (its actor groups' envs per
+    ring group times the rows of one env on the stream)."""
+    return max([envs_of(cfg, a) // cfg.ring_size * setup.rows_per_env(team)
+                for a in flow.actors for team, _, sample in a.bindings()
+                if sample == stream] or [1])
+
+
+def _buffer_processes(run: Run, setup: AgentSetup) -> BufferProcesses | None:
+    """The supervisor of the buffers placed ``"process"`` (``None`` if there are none)."""
+    specs = {}
+    for b in run.flow.buffers:
+        if b.placement == "process":
+            t = next(t for t in run.flow.trainers if t.sample_stream == b.sample_stream)
+            specs[b.sample_stream] = shard_specs(
+                run.cfg, b, setup.fns_of[t.name], setup.updates[t.name],
+                segment_rows(run.cfg, run.flow, setup, b.sample_stream), run.logdir)
+    if not specs:
+        return None
+    return BufferProcesses(
+        run.cfg, specs, {s: run.metrics for s in specs}, run.table,
+        lambda: {a.spec["actor_id"]: a.spec["run_id"] for a in run.actors if "run_id" in a.spec},
+        run.context, run.spawner)
+
+
+def _build_trainers(run: Run, setup: AgentSetup, buffers: BufferProcesses | None = None) -> None:
     """One trainer per ``[dataflow]`` trainer, from a fresh or restored state."""
     cfg, flow, placement = run.cfg, run.flow, run.placement
     for i, t in enumerate(flow.trainers):
@@ -223,12 +253,12 @@ def _build_trainers(run: Run, setup: AgentSetup) -> None:
                         "env_steps": run.metrics.env_steps},
                         "resumed %s from version %d, %d env steps", t.policy, version,
                         run.metrics.env_steps)
-        segment_rows = max([envs_of(cfg, a) // cfg.ring_size * setup.rows_per_env(team)
-                            for a in flow.actors for team, _, sample in a.bindings()
-                            if sample == t.sample_stream] or [1])
+        rows = segment_rows(cfg, flow, setup, t.sample_stream)
         state, rng = placement.share_state(t.name, t.policy, state, rng, version,
-                                           num_updates=setup.updates[t.name], max_rows=segment_rows)
-        kind, extra = replay_setup.trainer_kind(fns, cfg, setup.updates[t.name])
+                                           num_updates=setup.updates[t.name], max_rows=rows)
+        connect = (buffers.connector(t.sample_stream)
+                   if buffers and t.sample_stream in buffers.streams() else None)
+        kind, extra = replay_setup.trainer_kind(fns, cfg, setup.updates[t.name], connect)
         run.trainers[t.sample_stream] = kind(
             t.name, t.policy, replay_setup.jit_learn(fns, placement), placement.put_batch,
             state, rng, version, setup.spec.observation_space, setup.spec.action_space,
@@ -236,7 +266,7 @@ def _build_trainers(run: Run, setup: AgentSetup) -> None:
             (run.population.metrics_for(t.policy) if run.population else
              PolicyMetrics(run.metrics, t.policy) if len(flow.trainers) > 1 else run.metrics),
             ckpt, cfg.max_staleness, run.bind_host, setup.fns.initial_carry, actors=run.table,
-            max_rows=segment_rows, on_nonfinite=cfg.on_nonfinite, context=run.context,
+            max_rows=rows, on_nonfinite=cfg.on_nonfinite, context=run.context,
             curve=_server_keys(run), before_update=placement.gate(t.policy, run.metrics),
             idle_rows=env_has_idle_rows(cfg.env), **extra)
 
@@ -281,7 +311,8 @@ def _start_workers(run: Run) -> None:
              [s.buckets for s in run.servers.values()], run.placement.local_mesh.size)
 
 
-def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | None) -> None:
+def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | None,
+                  buffers: BufferProcesses | None = None) -> None:
     """One :class:`ChildProcess` per actor of every actor group (not started)."""
     cfg, keys = run.cfg, run.keys
     assigner = Assigner({p.inference_stream: remote.addresses(p.inference_stream) if remote else
@@ -294,7 +325,9 @@ def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | 
             streams = [{"policy": run.trainers[sample].policy, "team": team,
                         **assigner.next(inference),  # its server (and fallbacks)
                         "sample_address": run.placement.sample_address(
-                            idx, run.trainers[sample].address),
+                            idx, buffers.sample_address(sample, idx)
+                            if buffers and sample in buffers.streams()
+                            else run.trainers[sample].address),
                         "sample_hwm": run.trainers[sample].sample_send_hwm,
                         "sample_sndbuf": run.trainers[sample].sample_buffer_bytes}
                        for team, inference, sample in a.bindings()]

@@ -1,4 +1,4 @@
-"""The off-policy learner (jaxsrl/workers/learner/replay_trainer.py, replay_feed.py): the
+"""The off-policy learner (jaxsrl/workers/learner/replay_trainer.py, jaxsrl/workers/buffer/feed.py): the
 replay path driven turn by turn with fake segments and a fake agent whose state counts
 its updates, so every rate-limiter and back-pressure decision is checked exactly;
 checkpoints of the replay; the dataflow's buffer worker."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from typing import NamedTuple
 
 import gymnasium
@@ -287,9 +288,14 @@ def test_dataflow_buffers():
             "policy_workers": [{"name": "p", "inference_stream": "i", "policy": "d"}],
             "trainers": [{"name": "t", "sample_stream": "s", "policy": "d"}]}
     Dataflow.from_dict({**data, "buffers": [{"name": "b", "sample_stream": "s"}]}).validate()
-    with pytest.raises(ValueError, match="placement='process'"):
+    Dataflow.from_dict({**data, "buffers": [{"name": "b", "sample_stream": "s",
+                                            "placement": "process", "count": 2}]}).validate()
+    with pytest.raises(ValueError, match="placement='disk'"):
         Dataflow.from_dict({**data, "buffers": [{"name": "b", "sample_stream": "s",
-                                                "placement": "process"}]}).validate()
+                                                "placement": "disk"}]}).validate()
+    with pytest.raises(ValueError, match="count=2; need an integer >= 1, and 1 unless"):
+        Dataflow.from_dict({**data, "buffers": [{"name": "b", "sample_stream": "s",
+                                                "count": 2}]}).validate()
     with pytest.raises(ValueError, match="no trainer reads sample stream 'x'"):
         Dataflow.from_dict({**data, "buffers": [{"name": "b", "sample_stream": "x"}]}).validate()
     on_policy = AgentFns(None, None, None, None)
@@ -307,6 +313,28 @@ def test_planned_updates_and_trainer_kind():
     kind, extra = replay_setup.trainer_kind(fake_agent(spec), Cfg, 7)
     assert kind is ReplayTrainer and extra["planned_updates"] == 7 and extra["save_replay"]
     assert replay_setup.trainer_kind(AgentFns(None, None, None, None), Cfg, 7) == (TrainerWorker, {})
+
+
+def test_buffer_processes_refuse_what_they_do_not_support():
+    from jaxsrl.workers.learner.buffer_client import BufferClientTrainer  # noqa: PLC0415
+    flow = dataclasses.replace(default_dataflow(2), buffers=(
+        BufferSpec("replay", "samples", "process", 2),))
+
+    class Cfg:
+        save_replay, launcher, curve, resume = False, "local", False, True
+    replay_setup.check_buffer_processes(flow, Cfg)  # nothing refused
+    for key, value, words in (("save_replay", True, "--save_replay"),
+                              ("launcher", "serial", "--launcher=serial"), ("curve", True, "--curve")):
+        bad = type("Bad", (Cfg,), {key: value})
+        with pytest.raises(ValueError, match=f"buffer 'replay' has placement='process', which "
+                                             f"does not support {words}"):
+            replay_setup.complete_dataflow(flow, {"trainer": fake_agent(ReplaySpec())}, 1, bad)
+    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
+    example = load_config(["--agent=dqn", "--env=CartPole-v1",
+                           "--config=configs/dqn/CartPole-v1-buffer-process.toml"])
+    assert example.get_dataflow().buffers == (BufferSpec("replay", "samples", "process", 1),)
+    kind, extra = replay_setup.trainer_kind(fake_agent(ReplaySpec()), Cfg, 7, connect=print)
+    assert kind is BufferClientTrainer and extra["connect"] is print and extra["restore_replay"]
 
 
 # -- end to end, through real actor processes ------------------------------------------
@@ -388,3 +416,101 @@ def test_dqn_through_real_actors(tmp_path):
     last = [r for r in _records(logdir) if "replay/priority_max" in r][-1]
     assert last["replay/priority_max"] != pytest.approx(1.0)
     assert "loss" in last and last["replay/size"] > 500
+
+
+# -- buffer processes (placement "process") --------------------------------------------
+DQN_SMALL = ["--agent=dqn", "--env=CartPole-v1", "--num_actors=2", "--envs_per_actor=4",
+             "--segment_length=8", "--log_interval_s=0.5", "--dqn.min_fill=500",
+             "--dqn.capacity=4096", "--dqn.batch_size=32", "--dqn.replay_ratio=8",
+             "--dqn.hidden_sizes", "16", "16"]
+
+
+def _buffer_process_config(tmp_path, shards: int) -> str:
+    path = tmp_path / "buffers.toml"
+    path.write_text(
+        "[dataflow]\n"
+        'actors = [{name = "actors", count = 2, inference_stream = "inference", '
+        'sample_stream = "samples"}]\n'
+        'policy_workers = [{name = "policy", inference_stream = "inference", policy = "default"}]\n'
+        'trainers = [{name = "trainer", sample_stream = "samples", policy = "default"}]\n'
+        f'buffers = [{{name = "replay", sample_stream = "samples", placement = "process", '
+        f"count = {shards}}}]\n")
+    return str(path)
+
+
+def test_dqn_with_buffer_processes_then_resume(tmp_path, caplog):
+    """Ape-X DQN with its replay in two buffer processes (shards; actor process i feeds
+    shard i % 2) through real actor processes: the trainer learns from batches they
+    serve, priorities go back (their statistics move off 1), the replay ratio holds and
+    the buffers' metrics reach metrics.jsonl. A resume (no --save_replay: refused with
+    buffer processes) refills the buffers and learns on."""
+    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
+    from jaxsrl.launch.launcher import train  # noqa: PLC0415
+    caplog.set_level(logging.INFO, logger="jaxsrl")
+    logdir = str(tmp_path / "dqn")
+    flags = DQN_SMALL + [f"--config={_buffer_process_config(tmp_path, 2)}", f"--logdir={logdir}"]
+    record = train(load_config(flags + ["--total_env_steps=2500"]))
+    assert record["policy_version"] > 0 and record["env_steps"] >= 2500
+    assert "buffer processes serving: replay[0]" in caplog.text
+    last = [r for r in _records(logdir) if "replay/priority_max" in r][-1]
+    assert last["replay/priority_max"] != pytest.approx(1.0)
+    assert "loss" in last and last["replay/size"] > 250  # per shard: 500 / 2 to fill
+    for shard in (0, 1):  # both shards are fed (each actor process feeds one)
+        assert max(r.get(f"replay/shard_{shard}/size", 0) for r in _records(logdir)) > 250
+    for key in ("replay/inserts_per_s", "replay/samples_per_s", "replay/ratio",
+                "staleness_mean", "episode_return_mean"):
+        assert key in last, key
+    assert 0 < last["replay/ratio"] < 16  # about 8 per item past the fill (interval means)
+
+    with pytest.raises(ValueError, match="does not support --save_replay"):
+        train(load_config(flags + ["--total_env_steps=3000", "--resume", "--save_replay"]))
+    caplog.clear()
+    record2 = train(load_config(flags + [f"--total_env_steps={record['env_steps'] + 1500}",
+                                         "--resume"]))
+    assert "not checkpointed: refilling" in caplog.text
+    assert record2["policy_version"] > record["policy_version"]
+
+
+def test_a_killed_buffer_process_is_restarted(tmp_path, caplog):
+    """SIGKILL the buffer process mid-run: the launcher restarts it on the same ports,
+    the actors and the trainer reconnect by themselves, it refills and learning goes
+    on (counted: buffer_restarts); no child process is left at the end."""
+    import threading  # noqa: PLC0415
+
+    import psutil  # noqa: PLC0415
+
+    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
+    from jaxsrl.launch.launcher import train  # noqa: PLC0415
+    caplog.set_level(logging.INFO, logger="jaxsrl")
+    logdir = str(tmp_path / "dqn")
+    cfg = load_config(DQN_SMALL + [f"--config={_buffer_process_config(tmp_path, 1)}",
+                                   f"--logdir={logdir}", "--total_env_steps=4000"])
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.update(train(cfg)), daemon=True)
+    thread.start()
+
+    def buffers():
+        return [p for p in psutil.Process().children(recursive=True)
+                if "jaxsrl.workers.buffer" in " ".join(p.cmdline())]
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(
+            r.get("policy_version", 0) > 0 for r in _records_or_none(logdir)):
+        time.sleep(0.2)
+    (victim,) = buffers()
+    victim.kill()
+    killed_at = max(r.get("policy_version", 0) for r in _records_or_none(logdir))
+    thread.join(300)
+    assert not thread.is_alive() and out["env_steps"] >= 4000
+    assert "restarting it on the same ports" in caplog.text
+    final = _records(logdir)[-1]
+    assert final["buffer_restarts"] == 1
+    assert final["policy_version"] > killed_at  # learning went on from the new process
+    assert buffers() == []
+
+
+def _records_or_none(logdir):
+    try:
+        return _records(logdir)
+    except (FileNotFoundError, ValueError):  # not there yet, or a line being written
+        return []

@@ -8,7 +8,9 @@ one-line hooks:
 - :func:`complete_dataflow`: the graph gets a ``buffer`` worker on each sample stream of
   an off-policy trainer (``placement = "learner"`` unless the config says otherwise);
 - :func:`trainer_kind`: the trainer class and its extra arguments
-  (:class:`~jaxsrl.workers.learner.replay_trainer.ReplayTrainer`), and
+  (:class:`~jaxsrl.workers.learner.replay_trainer.ReplayTrainer`, or
+  :class:`~jaxsrl.workers.learner.buffer_client.BufferClientTrainer` with buffer
+  processes; :func:`check_buffer_processes` refuses what they do not support), and
   :func:`jit_learn`, which ``learn`` signature to jit over the devices.
 """
 
@@ -20,6 +22,7 @@ from typing import Any, Callable
 from jaxsrl.core.agent import AgentFns, ReplaySpec
 from jaxsrl.experiment.dataflow import Dataflow
 from jaxsrl.parallel import devices
+from jaxsrl.workers.learner.buffer_client import BufferClientTrainer
 from jaxsrl.workers.learner.replay_trainer import ReplayTrainer
 from jaxsrl.workers.learner.trainer import TrainerWorker
 
@@ -34,18 +37,24 @@ def planned_updates(items: float, spec: ReplaySpec) -> int:
     return max(1, math.ceil((items - spec.min_fill) * spec.replay_ratio / spec.batch_size))
 
 
-def complete_dataflow(flow: Dataflow, fns_of: dict[str, AgentFns], processes: int = 1) -> Dataflow:
+def complete_dataflow(flow: Dataflow, fns_of: dict[str, AgentFns], processes: int = 1,
+                      cfg: Any = None) -> Dataflow:
     """``flow`` with a learner-placed buffer on the sample stream of every off-policy
     trainer that has none.
 
     Args:
       fns_of: trainer name -> its agent functions.
       processes: learner processes (``--num_learner_processes``).
+      cfg: the run config, to check what buffer processes do not support (``None``:
+        not checked).
 
     Raises:
       ValueError: a buffer on the stream of an on-policy trainer (placements are checked
-        by :meth:`Dataflow.validate`), or an off-policy agent with ``processes`` > 1.
+        by :meth:`Dataflow.validate`), an off-policy agent with ``processes`` > 1, or
+        buffer processes with ``--save_replay``, ``--launcher=serial`` or ``--curve``.
     """
+    if cfg is not None:
+        check_buffer_processes(flow, cfg)
     replayed = [t.sample_stream for t in flow.trainers if fns_of[t.name].replay is not None]
     if replayed and processes > 1:
         raise ValueError(f"num_learner_processes={processes}: off-policy agents learn in one "
@@ -58,15 +67,40 @@ def complete_dataflow(flow: Dataflow, fns_of: dict[str, AgentFns], processes: in
     return flow.with_buffers(replayed)
 
 
-def trainer_kind(fns: AgentFns, cfg: Any, updates: int) -> tuple[type, dict]:
+def check_buffer_processes(flow: Dataflow, cfg: Any) -> None:
+    """Refuse what buffer processes (``placement = "process"``) do not support.
+
+    Raises:
+      ValueError: with ``--save_replay`` (their replay is not checkpointed: a resumed
+        run refills), ``--launcher=serial`` (they are processes) or ``--curve`` (their
+        sockets are not encrypted yet), naming the buffer.
+    """
+    for b in flow.buffers:
+        if b.placement != "process":
+            continue
+        for refused, why in ((getattr(cfg, "save_replay", False), "--save_replay (a buffer "
+                              "process's replay is not checkpointed; a resumed run refills it)"),
+                             (cfg.launcher == "serial", "--launcher=serial (one process)"),
+                             (cfg.curve, "--curve (buffer sockets are not encrypted)")):
+            if refused:
+                raise ValueError(f"buffer {b.name!r} has placement='process', which does not "
+                                 f"support {why}: use placement='learner' or drop the option")
+
+
+def trainer_kind(fns: AgentFns, cfg: Any, updates: int,
+                 connect: Callable | None = None) -> tuple[type, dict]:
     """``(trainer class, extra keyword arguments)`` for a trainer of ``fns``.
 
     On-policy: ``TrainerWorker`` and ``{}``. Off-policy: ``ReplayTrainer`` with the
     agent, its planned updates, ``cfg.save_replay`` and (``cfg.resume``) the replay
-    restore.
+    restore; with buffer processes (``connect``: how it reaches them, see
+    ``jaxsrl/launch/buffer_processes.py``) ``BufferClientTrainer``.
     """
     if fns.replay is None:
         return TrainerWorker, {}
+    if connect is not None:
+        return BufferClientTrainer, {"fns": fns, "connect": connect,
+                                     "restore_replay": bool(cfg.resume)}
     return ReplayTrainer, {"fns": fns, "planned_updates": updates,
                            "save_replay": bool(getattr(cfg, "save_replay", False)),
                            "restore_replay": bool(cfg.resume)}

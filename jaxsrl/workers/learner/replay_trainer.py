@@ -6,7 +6,7 @@ the trainer's thread, so sampled batches never cross the host. Everything a
 :class:`~jaxsrl.workers.learner.trainer.TrainerWorker` does to segments on arrival is
 unchanged (validation, run ids, NaN checks, episode metrics, ``max_staleness`` drops);
 then, instead of waiting for ``batch_segments`` rows, each valid segment goes into a
-:class:`~jaxsrl.workers.learner.replay_feed.ReplayFeed`, and each turn of the loop:
+:class:`~jaxsrl.workers.buffer.feed.ReplayFeed`, and each turn of the loop:
 
 1. takes at most one segment from the sample stream, and only while the rate limiter
    allows inserts: otherwise the socket is not read, its queue fills and the actors
@@ -44,7 +44,7 @@ import numpy as np
 import zmq
 
 from jaxsrl.core.agent import AgentFns
-from jaxsrl.workers.learner.replay_feed import ReplayFeed
+from jaxsrl.workers.buffer.feed import ReplayFeed
 from jaxsrl.workers.learner.trainer import TrainerWorker
 
 log = logging.getLogger("jaxsrl.trainer")

@@ -1,7 +1,9 @@
 """The replay path of an off-policy learner: segments in, replay batches out.
 
-:class:`ReplayFeed` joins the parts of ``jaxsrl/workers/buffer`` for one trainer
-(no sockets, no threads; :mod:`jaxsrl.workers.learner.replay_trainer` drives it):
+:class:`ReplayFeed` joins the parts of ``jaxsrl/workers/buffer`` for one buffer worker
+(no sockets, no threads): the learner-placed buffer
+(:mod:`jaxsrl.workers.learner.replay_trainer`) and the buffer process
+(:mod:`jaxsrl.workers.buffer.server`) drive it the same way:
 
 1. :meth:`ReplayFeed.insert`: a batch of validated segments (a
    :class:`~jaxsrl.core.agent.Trajectory` of ``[n, T]`` host leaves) becomes items with
