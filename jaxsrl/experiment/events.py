@@ -27,8 +27,10 @@ Kinds, with their fields:
 * ``resumed``: policy, version, env_steps
 * ``checkpoint_unreadable``: directory, step, error
 * ``checkpoint_set_aside``: directory, step, restored, moved_to
+* ``buffer_restart``: buffer, reason, error, restart
 * ``replay_restored``: learner, step, items
-* ``replay_refill``: learner, reason
+* ``replay_refill``: learner, step, reason (``"not saved"``, ``"does not fit"`` with
+  error, ``"buffer processes"``)
 * ``run_end``: env_steps, checkpoints (policy -> saved version or null)
 """
 

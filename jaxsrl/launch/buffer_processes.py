@@ -42,6 +42,7 @@ from jaxsrl.core.child import read_error
 from jaxsrl.core.exit_codes import EXIT_NONFINITE
 from jaxsrl.core.worker import Worker
 from jaxsrl.envs import env_has_idle_rows
+from jaxsrl.experiment import events
 from jaxsrl.experiment.agent_build import agent_spec
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch.processes import ChildProcess, exit_reason, stop_all
@@ -309,7 +310,9 @@ class BufferProcesses(Worker):
                 f"(max_server_restarts={self.cfg.max_server_restarts}), giving up")
         self.restarts += 1
         self.metrics_of[s.stream].count("buffer_restarts")
-        log.warning("buffer process %s (pid %d) %s%s; restarting it on the same ports (restart "
+        events.emit(log, logging.WARNING, "buffer_restart",
+                    {"buffer": s.name, "reason": reason, "error": error, "restart": self.restarts},
+                    "buffer process %s (pid %d) %s%s; restarting it on the same ports (restart "
                     "%d of at most %d; its replay refills)", s.name, s.child.proc.pid, reason,
                     f": {error}" if error else "", self.restarts, self.cfg.max_server_restarts)
         self._start(s)

@@ -6,7 +6,7 @@ checkpoints of the replay; the dataflow's buffer worker."""
 from __future__ import annotations
 
 import dataclasses
-import logging
+import json
 import os
 import time
 from typing import NamedTuple
@@ -20,9 +20,11 @@ import zmq
 
 from agents.transitions import n_step_transitions
 from jaxsrl.core.agent import AgentFns, ReplaySpec
+from jaxsrl.experiment import events
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.dataflow import BufferSpec, Dataflow, default_dataflow
 from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.parallel import devices
 from jaxsrl.streams import wire
 from jaxsrl.streams.params import ParameterStore
@@ -105,7 +107,7 @@ class Driven:
         return True
 
     def turn(self) -> None:
-        self.worker._turn(self.pull)
+        self.worker.turn(self.pull)
 
     @property
     def limiter(self):
@@ -214,7 +216,7 @@ def test_metrics_report_the_buffer(driven):
     d.send()
     for _ in range(4):
         d.turn()
-    d.worker._report()
+    d.worker.report_metrics()
     record = d.metrics.snapshot(1.0)
     for key in ("replay/size", "replay/inserts_per_s", "replay/samples_per_s", "replay/ratio",
                 "replay/priority_mean", "replay/staleness_mean", "staleness_mean",
@@ -224,11 +226,10 @@ def test_metrics_report_the_buffer(driven):
 
 
 @pytest.mark.parametrize("save_replay", [True, False])
-def test_resume_with_and_without_the_replay(driven, tmp_path, caplog, save_replay):
+def test_resume_with_and_without_the_replay(driven, tmp_path, save_replay):
     """With save_replay the checkpoint holds buffer and limiter: a trainer restored from
     it holds the same items and samples the same batch; without, it starts empty and
-    logs that it refills."""
-    caplog.set_level(logging.INFO, logger="jaxsrl")
+    records that it refills (a run event)."""
     spec = ReplaySpec(capacity=64, batch_size=4, replay_ratio=2.0, min_fill=8, prioritised=True)
     ckpt = Checkpointer(str(tmp_path / "ck"))
     d = driven(spec, checkpointer=ckpt, save_replay=save_replay)
@@ -244,24 +245,26 @@ def test_resume_with_and_without_the_replay(driven, tmp_path, caplog, save_repla
     key = jax.random.PRNGKey(7)
     batch, _ = d.worker.feed.replay.sample(key)
 
-    resumed = Driven(spec, checkpointer=ckpt, version=version, restore_replay=True)
+    with events.recording(str(tmp_path / "events.jsonl")):
+        resumed = Driven(spec, checkpointer=ckpt, version=version, restore_replay=True)
+    recorded = events.read_events(str(tmp_path / "events.jsonl"))
     try:
         feed = resumed.worker.feed
         if save_replay:
             assert (feed.replay.inserts, feed.limiter.state_dict()) == before
             again, _ = feed.replay.sample(key)
             np.testing.assert_array_equal(again.items["obs"], batch.items["obs"])
-            assert "restored the replay from checkpoint" in caplog.text
+            assert [(e["event"], e["step"], e["items"]) for e in recorded] == [
+                ("replay_restored", version, feed.replay.size)]
         else:
             assert feed.replay.inserts == 0 and feed.limiter.inserts == 0
-            assert "refilling the buffer" in caplog.text
+            assert [(e["event"], e["reason"]) for e in recorded] == [("replay_refill", "not saved")]
     finally:
         resumed.close()
         ckpt.close()
 
 
-def test_a_saved_replay_that_does_not_fit_is_refilled(driven, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="jaxsrl")
+def test_a_saved_replay_that_does_not_fit_is_refilled(driven, tmp_path):
     spec = ReplaySpec(capacity=64, batch_size=4, replay_ratio=2.0, min_fill=8)
     ckpt = Checkpointer(str(tmp_path / "ck"))
     d = driven(spec, checkpointer=ckpt, save_replay=True)
@@ -270,10 +273,12 @@ def test_a_saved_replay_that_does_not_fit_is_refilled(driven, tmp_path, caplog):
     d.worker.save_checkpoint()
     ckpt.manager.wait_until_finished()
     bigger = dataclasses.replace(spec, capacity=128)
-    resumed = Driven(bigger, checkpointer=ckpt, version=d.worker.version, restore_replay=True)
+    with events.recording(str(tmp_path / "events.jsonl")):
+        resumed = Driven(bigger, checkpointer=ckpt, version=d.worker.version, restore_replay=True)
     try:
         assert resumed.worker.feed.replay.inserts == 0
-        assert "does not fit this run" in caplog.text and "expected int32[128]" in caplog.text
+        (refill,) = events.read_events(str(tmp_path / "events.jsonl"), "replay_refill")
+        assert refill["reason"] == "does not fit" and "expected int32[128]" in refill["error"]
     finally:
         resumed.close()
         ckpt.close()
@@ -349,13 +354,12 @@ SAC_SMALL = ["--agent=sac", "--env=Pendulum-v1", "--num_actors=2", "--envs_per_a
              "--sac.buffer_size=4096", "--sac.batch_size=32", "--sac.hidden_sizes", "16", "16"]
 
 
-def _sac_save_then_resume(tmp_path, caplog):
+def _sac_save_then_resume(tmp_path):
     """SAC learns from replay fed by actor processes at its replay ratio (one update per
     item, batch 32). A --save_replay run resumes with its buffer (no refill, learning
     goes on at once), and that resumed run, without --save_replay, saves none."""
     from jaxsrl.experiment.config import load_config  # noqa: PLC0415
     from jaxsrl.launch.launcher import train  # noqa: PLC0415
-    caplog.set_level(logging.INFO, logger="jaxsrl")
     logdir = str(tmp_path / "run")
     record = train(load_config(SAC_SMALL + ["--total_env_steps=1000", f"--logdir={logdir}",
                                             "--save_replay"]))
@@ -375,7 +379,7 @@ def _sac_save_then_resume(tmp_path, caplog):
     more = record["env_steps"] + 300
     record2 = train(load_config(SAC_SMALL + [f"--total_env_steps={more}", f"--logdir={logdir}",
                                              "--resume", "--no-save_replay"]))
-    assert "restored the replay from checkpoint" in caplog.text
+    assert RunDir(logdir).read_events("replay_restored")
     assert record2["policy_version"] > record["policy_version"]
     saved = Checkpointer(ckdir)
     assert not saved.has_item(saved.latest_step(), "replay")  # saved without it this time
@@ -383,21 +387,20 @@ def _sac_save_then_resume(tmp_path, caplog):
     return logdir, record2
 
 
-def test_sac_through_real_actors_then_resume_with_and_without_the_replay(tmp_path, caplog):
-    _sac_save_then_resume(tmp_path, caplog)
+def test_sac_through_real_actors_then_resume_with_and_without_the_replay(tmp_path):
+    _sac_save_then_resume(tmp_path)
 
 
 @pytest.mark.slow
-def test_sac_resume_from_a_checkpoint_without_the_replay_refills(tmp_path, caplog):
+def test_sac_resume_from_a_checkpoint_without_the_replay_refills(tmp_path):
     """The third leg through real processes (the unit test above covers it quickly):
     a resume from a checkpoint saved without --save_replay refills and says so."""
     from jaxsrl.experiment.config import load_config  # noqa: PLC0415
     from jaxsrl.launch.launcher import train  # noqa: PLC0415
-    logdir, record = _sac_save_then_resume(tmp_path, caplog)
-    caplog.clear()
+    logdir, record = _sac_save_then_resume(tmp_path)
     more = record["env_steps"] + 300
     train(load_config(SAC_SMALL + [f"--total_env_steps={more}", f"--logdir={logdir}", "--resume"]))
-    assert "holds no replay contents" in caplog.text and "refilling the buffer" in caplog.text
+    assert RunDir(logdir).read_events("replay_refill")[-1]["reason"] == "not saved"
 
 
 def test_dqn_through_real_actors(tmp_path):
@@ -438,7 +441,7 @@ def _buffer_process_config(tmp_path, shards: int) -> str:
     return str(path)
 
 
-def test_dqn_with_buffer_processes_then_resume(tmp_path, caplog):
+def test_dqn_with_buffer_processes_then_resume(tmp_path):
     """Ape-X DQN with its replay in two buffer processes (shards; actor process i feeds
     shard i % 2) through real actor processes: the trainer learns from batches they
     serve, priorities go back (their statistics move off 1), the replay ratio holds and
@@ -446,12 +449,10 @@ def test_dqn_with_buffer_processes_then_resume(tmp_path, caplog):
     buffer processes) refills the buffers and learns on."""
     from jaxsrl.experiment.config import load_config  # noqa: PLC0415
     from jaxsrl.launch.launcher import train  # noqa: PLC0415
-    caplog.set_level(logging.INFO, logger="jaxsrl")
     logdir = str(tmp_path / "dqn")
     flags = DQN_SMALL + [f"--config={_buffer_process_config(tmp_path, 2)}", f"--logdir={logdir}"]
     record = train(load_config(flags + ["--total_env_steps=2500"]))
     assert record["policy_version"] > 0 and record["env_steps"] >= 2500
-    assert "buffer processes serving: replay[0]" in caplog.text
     last = [r for r in _records(logdir) if "replay/priority_max" in r][-1]
     assert last["replay/priority_max"] != pytest.approx(1.0)
     assert "loss" in last and last["replay/size"] > 250  # per shard: 500 / 2 to fill
@@ -464,14 +465,13 @@ def test_dqn_with_buffer_processes_then_resume(tmp_path, caplog):
 
     with pytest.raises(ValueError, match="does not support --save_replay"):
         train(load_config(flags + ["--total_env_steps=3000", "--resume", "--save_replay"]))
-    caplog.clear()
     record2 = train(load_config(flags + [f"--total_env_steps={record['env_steps'] + 1500}",
                                          "--resume"]))
-    assert "not checkpointed: refilling" in caplog.text
+    assert RunDir(logdir).read_events("replay_refill")[-1]["reason"] == "buffer processes"
     assert record2["policy_version"] > record["policy_version"]
 
 
-def test_a_killed_buffer_process_is_restarted(tmp_path, caplog):
+def test_a_killed_buffer_process_is_restarted(tmp_path):
     """SIGKILL the buffer process mid-run: the launcher restarts it on the same ports,
     the actors and the trainer reconnect by themselves, it refills and learning goes
     on (counted: buffer_restarts); no child process is left at the end."""
@@ -481,7 +481,6 @@ def test_a_killed_buffer_process_is_restarted(tmp_path, caplog):
 
     from jaxsrl.experiment.config import load_config  # noqa: PLC0415
     from jaxsrl.launch.launcher import train  # noqa: PLC0415
-    caplog.set_level(logging.INFO, logger="jaxsrl")
     logdir = str(tmp_path / "dqn")
     cfg = load_config(DQN_SMALL + [f"--config={_buffer_process_config(tmp_path, 1)}",
                                    f"--logdir={logdir}", "--total_env_steps=4000"])
@@ -498,11 +497,13 @@ def test_a_killed_buffer_process_is_restarted(tmp_path, caplog):
             r.get("policy_version", 0) > 0 for r in _records_or_none(logdir)):
         time.sleep(0.2)
     (victim,) = buffers()
+    victim_name = json.loads(victim.cmdline()[-1])["name"]
     victim.kill()
     killed_at = max(r.get("policy_version", 0) for r in _records_or_none(logdir))
     thread.join(300)
     assert not thread.is_alive() and out["env_steps"] >= 4000
-    assert "restarting it on the same ports" in caplog.text
+    (restart,) = RunDir(logdir).read_events("buffer_restart")
+    assert restart["buffer"] == victim_name
     final = _records(logdir)[-1]
     assert final["buffer_restarts"] == 1
     assert final["policy_version"] > killed_at  # learning went on from the new process

@@ -43,6 +43,7 @@ import numpy as np
 import zmq
 
 from jaxsrl.core.agent import AgentFns, ReplayBatch
+from jaxsrl.experiment import events
 from jaxsrl.streams import replay_wire, wire
 from jaxsrl.streams.admission import DropLog
 from jaxsrl.streams.sockets import open_socket
@@ -114,8 +115,10 @@ class BufferClientTrainer(TrainerWorker):
                                            self.item_spec), np.ones((B,), np.float32))
         self._learn = self._learn.lower(self.state, self._put_batch(example), self.rng).compile()
         if self._restore_replay:
-            log.info("%s: the replay of buffer processes is not checkpointed: refilling the "
-                     "buffer, learning resumes at its minimum fill", self.name)
+            events.emit(log, logging.INFO, "replay_refill",
+                        {"learner": self.name, "step": self.version, "reason": "buffer processes"},
+                        "%s: the replay of buffer processes is not checkpointed: refilling the "
+                        "buffer, learning resumes at its minimum fill", self.name)
 
     def _run(self) -> None:
         addresses = self._connect(self.stop)

@@ -44,6 +44,7 @@ import numpy as np
 import zmq
 
 from jaxsrl.core.agent import AgentFns
+from jaxsrl.experiment import events
 from jaxsrl.workers.buffer.feed import ReplayFeed
 from jaxsrl.workers.learner.trainer import TrainerWorker
 
@@ -116,19 +117,30 @@ class ReplayTrainer(TrainerWorker):
             try:
                 self.feed.load_state_dict(ckpt.restore_item(step, REPLAY_ITEM))
             except (ValueError, KeyError) as exc:
-                log.warning("%s: the replay saved in checkpoint %d does not fit this run (%s): "
+                events.emit(log, logging.WARNING, "replay_refill",
+                            {"learner": self.name, "step": step, "reason": "does not fit",
+                             "error": str(exc)},
+                            "%s: the replay saved in checkpoint %d does not fit this run (%s): "
                             "refilling the buffer, learning resumes at %d items", self.name,
                             step, exc, self.feed.spec.min_fill)
                 return
-            log.info("%s: restored the replay from checkpoint %d: %s", self.name, step,
-                     self.feed.describe())
+            events.emit(log, logging.INFO, "replay_restored",
+                        {"learner": self.name, "step": step, "items": self.feed.replay.size},
+                        "%s: restored the replay from checkpoint %d: %s", self.name, step,
+                        self.feed.describe())
         else:
-            log.info("%s: checkpoint %d holds no replay contents (saved without "
-                     "--save_replay): refilling the buffer, learning resumes at %d items",
-                     self.name, step, self.feed.spec.min_fill)
+            events.emit(log, logging.INFO, "replay_refill",
+                        {"learner": self.name, "step": step, "reason": "not saved"},
+                        "%s: checkpoint %d holds no replay contents (saved without "
+                        "--save_replay): refilling the buffer, learning resumes at %d items",
+                        self.name, step, self.feed.spec.min_fill)
 
     # -- the loop -------------------------------------------------------------------------
-    def _turn(self, sock: zmq.Socket) -> None:
+    def turn(self, sock: zmq.Socket) -> None:
+        """One turn of the loop: read at most one segment off ``sock`` (while the rate
+        limiter allows inserts), run at most one update (while it allows updates), and
+        report the replay metrics once a second. Public for driving the worker step by
+        step (tests, debugging); its thread calls it in a loop."""
         n = self.feed.updates_allowed()
         if self.feed.insert_allowed():
             if sock.poll(0 if n else 100):
@@ -145,7 +157,7 @@ class ReplayTrainer(TrainerWorker):
         now = time.monotonic()
         if now - self._metrics_at >= METRICS_INTERVAL_S:
             self._metrics_at = now
-            self._report()
+            self.report_metrics()
 
     def _accept(self, arrays: dict) -> None:
         self.feed.insert(self._trajectory(arrays))
@@ -173,7 +185,9 @@ class ReplayTrainer(TrainerWorker):
                                 "learner/publish_ms": 1e3 * (t2 - t1)})
         self.metrics.set_version(self.policy, self.version)
 
-    def _report(self) -> None:
+    def report_metrics(self) -> None:
+        """Add the replay's metrics (size, rates, ratio, priorities, staleness) to the
+        run's metrics now."""
         values = self.feed.metrics()
         for key in ("staleness_mean", "staleness_max"):
             if f"replay/{key}" in values:

@@ -211,7 +211,7 @@ class TrainerWorker(LearnerRequests, Worker):
                 self._requests.serve()
                 if self.checkpoint_requested.is_set():
                     self.save_checkpoint()
-                self._turn(sock)
+                self.turn(sock)
         finally:
             sock.close()
             self._requests.close()
@@ -228,10 +228,11 @@ class TrainerWorker(LearnerRequests, Worker):
         self.metrics.set_version(self.policy, self.version)
         return self.version
 
-    def _turn(self, sock: zmq.Socket) -> None:
+    def turn(self, sock: zmq.Socket) -> None:
         """One turn of the learner loop: take a segment if one comes within 100 ms, then
         run every update a whole batch allows (off-policy learners override this:
-        ``jaxsrl/workers/learner/replay_trainer.py``)."""
+        ``jaxsrl/workers/learner/replay_trainer.py``). Public for driving the worker step
+        by step (tests, debugging); its thread calls it in a loop."""
         if sock.poll(100):
             self._receive(sock.recv_multipart(copy=False))
             while self._batch_ready() and not self.stop.is_set():
