@@ -111,7 +111,7 @@ def _stop_answering_first_run_of_actor_0(monkeypatch, after: int) -> None:
     """Policy workers answer actor 0's first run ``after`` times, then take its requests
     (it counts as heard from) without answering: as if its host fell off the network.
     Later runs of actor 0 are served again."""
-    parse = PolicyWorker._parse
+    parse = PolicyWorker.parse
     state = {"run": None, "answered": 0}
 
     def patched(self, frames):
@@ -125,7 +125,7 @@ def _stop_answering_first_run_of_actor_0(monkeypatch, after: int) -> None:
                 return None  # swallowed, like a ping
         return parsed
 
-    monkeypatch.setattr(PolicyWorker, "_parse", patched)
+    monkeypatch.setattr(PolicyWorker, "parse", patched)
 
 
 def test_actor_cut_off_from_a_serving_server_is_restarted(tmp_path, monkeypatch):
@@ -147,7 +147,7 @@ def test_actor_cut_off_from_a_serving_server_is_restarted(tmp_path, monkeypatch)
 
 def test_actor_timeout_while_its_server_stalls_still_stops_the_run(tmp_path, monkeypatch):
     """The same actor exit while the inference server is stuck names the server."""
-    infer, calls = PolicyWorker._infer, {"n": 0}
+    infer, calls = PolicyWorker.infer, {"n": 0}
 
     def stalling(self, named, rows):
         calls["n"] += 1
@@ -155,7 +155,7 @@ def test_actor_timeout_while_its_server_stalls_still_stops_the_run(tmp_path, mon
             self.stop.wait(120)  # stuck until the run stops
         return infer(self, named, rows)
 
-    monkeypatch.setattr(PolicyWorker, "_infer", stalling)
+    monkeypatch.setattr(PolicyWorker, "infer", stalling)
     cfg = load_config(small_args(str(tmp_path / "run"), "--total_env_steps=100000000",
                                  "--actor_timeout_s=1.5"))
     with pytest.raises(ComponentDied, match=r"timed out waiting for its inference server .*"

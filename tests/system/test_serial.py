@@ -230,7 +230,7 @@ def test_hung_actor_thread_is_abandoned_and_replaced(tmp_path):
     assert wait_for(lambda: not _live_actor_threads(), 30, "the released thread to end")
 
 
-@pytest.mark.parametrize("method", ["_update"])
+@pytest.mark.parametrize("method", ["update"])
 def test_dead_trainer_stops_the_serial_run_naming_it(tmp_path, monkeypatch, method):
     calls = {"n": 0}
     update = getattr(TrainerWorker, method)

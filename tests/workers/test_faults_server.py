@@ -40,8 +40,8 @@ def _fail_after(method, calls: int):
 
 
 @pytest.mark.parametrize("cls, method, name", [
-    (PolicyWorker, "_infer", "policy"),
-    (TrainerWorker, "_update", "trainer"),
+    (PolicyWorker, "infer", "policy"),
+    (TrainerWorker, "update", "trainer"),
 ])
 def test_dead_server_stops_the_run_naming_it(tmp_path, monkeypatch, cls, method, name):
     monkeypatch.setattr(cls, method, _fail_after(getattr(cls, method), 20))

@@ -138,7 +138,7 @@ class PolicyWorker(Worker):
                             self._carry.to_tree(padded), self._rng)
             jax.block_until_ready(out)
 
-    def _infer(self, named: dict, rows: int, versioned: Versioned | None = None) -> tuple[dict, int]:
+    def infer(self, named: dict, rows: int, versioned: Versioned | None = None) -> tuple[dict, int]:
         """Run ``act`` on ``rows`` rows (obs and carry arrays) with ``versioned`` (default:
         the newest parameters); returns reply arrays and the version."""
         bucket = next(b for b in self.buckets if b >= rows)
@@ -154,7 +154,7 @@ class PolicyWorker(Worker):
         return {k: np.asarray(v)[:rows] for k, v in out.items()}, versioned.version
 
     def _infer_versions(self, named: dict, rows: int) -> tuple[dict, int]:
-        """:meth:`_infer` per parameter version of the rows' ``opponent`` (self-play);
+        """:meth:`infer` per parameter version of the rows' ``opponent`` (self-play);
         the reply arrays get ``opponent`` (what served each row)."""
         view = self._opponents.view(self.policy)
         served, reset = opp.resolve(named.pop(opp.OPPONENT), view)
@@ -169,10 +169,10 @@ class PolicyWorker(Worker):
         for v in versions:
             params = latest.params if v == opp.LATEST else opp.params_of(view, int(v))
             if len(versions) == 1:  # one version (e.g. every row latest): no split
-                out, _ = self._infer(named, rows, Versioned(latest.version, params))
+                out, _ = self.infer(named, rows, Versioned(latest.version, params))
                 break
             idx = np.flatnonzero(served == v)
-            part, _ = self._infer({k: a[idx] for k, a in named.items()}, len(idx),
+            part, _ = self.infer({k: a[idx] for k, a in named.items()}, len(idx),
                                   Versioned(latest.version, params))
             for k, a in part.items():
                 if k not in out:
@@ -185,7 +185,15 @@ class PolicyWorker(Worker):
         return out, latest.version
 
     # -- messaging -----------------------------------------------------------------
-    def _parse(self, frames: list) -> tuple[bytes, dict, dict, int] | None:
+    def parse(self, frames: list) -> tuple[bytes, dict, dict, int] | None:
+        """Check one received request (``[identity, *wire frames]``) against the wire
+        format and the actor table: ``(identity, meta, named arrays, rows)``, or ``None``
+        for a ping (the actor is recorded as alive).
+
+        Raises:
+          WireError (and its ``StaleRunError``): the request is malformed or from an
+            unknown or previous run; the serving loop drops and counts it.
+        """
         identity, body = frames[0], frames[1:]
         msg = wire.decode(body, max_bytes=self.max_bytes)
         if msg.kind == "ping" and not msg.arrays:  # an actor waiting on its learner: alive
@@ -240,7 +248,7 @@ class PolicyWorker(Worker):
                         continue
                     break
                 try:
-                    parsed = self._parse(frames)
+                    parsed = self.parse(frames)
                     if parsed is None:  # a ping
                         continue
                     identity, meta, arrays, n = parsed
@@ -261,7 +269,7 @@ class PolicyWorker(Worker):
     def _answer(self, sock: zmq.Socket, batch: list, rows: int) -> None:
         named = {k: np.concatenate([b[2][k] for b in batch]) if len(batch) > 1 else batch[0][2][k]
                  for k in self._request_schema}
-        out, version = (self._infer(named, rows) if self._opponents is None
+        out, version = (self.infer(named, rows) if self._opponents is None
                         else self._infer_versions(named, rows))
         self.metrics.add_means({"inference/batch_rows": rows, "inference/requests": len(batch)})
         start = 0

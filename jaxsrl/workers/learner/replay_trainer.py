@@ -153,7 +153,7 @@ class ReplayTrainer(TrainerWorker):
                 self._learning = True
                 log.info("%s: replay holds %d items: learning starts", self.name,
                          self.feed.replay.size)
-            self._update()
+            self.update()
         now = time.monotonic()
         if now - self._metrics_at >= METRICS_INTERVAL_S:
             self._metrics_at = now
@@ -162,7 +162,9 @@ class ReplayTrainer(TrainerWorker):
     def _accept(self, arrays: dict) -> None:
         self.feed.insert(self._trajectory(arrays))
 
-    def _update(self) -> None:
+    def update(self) -> None:
+        """Sample one batch from the replay, ``learn`` on it, publish the new parameters
+        and write the returned priorities back (a non-finite result is skipped)."""
         self.beat()
         t0 = time.perf_counter()
         self.rng, k_sample, k_learn = jax.random.split(self.rng, 3)

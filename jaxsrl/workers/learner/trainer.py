@@ -239,7 +239,7 @@ class TrainerWorker(LearnerRequests, Worker):
                 if self._before_update is not None and not self._before_update(self.stop):
                     self.stop.set()
                     break
-                self._update()
+                self.update()
                 self._requests.serve()
 
     def _validate(self, frames: list) -> wire.Message:
@@ -336,7 +336,10 @@ class TrainerWorker(LearnerRequests, Worker):
         self._pending_rows = len(rest["reward"])
         return {k: v[:B] for k, v in joined.items()}
 
-    def _update(self) -> None:
+    def update(self) -> None:
+        """One ``learn`` call on the next ``batch_segments`` pending rows, then publish the
+        new parameters as the next policy version (a non-finite result is skipped and
+        counted). Called by the loop when a whole batch is pending."""
         t0 = time.perf_counter()
         self.metrics.add_means({"learner/batch_wait_ms": 1e3 * (t0 - self._waiting_since)})
         host = self._take_batch()
