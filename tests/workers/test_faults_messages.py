@@ -171,7 +171,7 @@ def test_hostile_episode_statistics_cannot_grow_metric_names(servers):
         episodes = [{f"stat{i}_{j}": 1.0 for j in range(30)} | {"return": float("nan"), "team": 5}]
         sock.send_multipart(segment(rows=2, episodes=episodes, timing={f"k{i}": 1.0}))
     _learns(servers, sock)
-    from jaxsrl.workers.learner.episodes import MAX_EPISODE_KEYS
+    from jaxsrl.streams.episodes import MAX_EPISODE_KEYS
     episode_keys = {k for k in servers.metrics.snapshot(1.0) if k.startswith("episode/")}
     assert 0 < len(episode_keys) <= MAX_EPISODE_KEYS
     record = servers.metrics.snapshot(1.0)

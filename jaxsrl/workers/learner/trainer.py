@@ -38,7 +38,6 @@ parameters it replaced are dropped (``replaced_rows_dropped``,
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from typing import Any, Callable
@@ -52,20 +51,16 @@ from jaxsrl.core.agent import Trajectory
 from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.metrics import MetricsAccumulator
-from jaxsrl.streams import wire
-from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, nonfinite_arrays
+from jaxsrl.streams.admission import ActorTable
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.segment import segment_schema, to_trajectory
+from jaxsrl.streams.segment_gate import NonFiniteSegment, SegmentGate
 from jaxsrl.streams.sockets import bind, open_socket
-from jaxsrl.workers.learner.episodes import EpisodeFilter
 from jaxsrl.workers.learner.requests import LearnerRequests, RequestQueue, check_same_layout
 
 log = logging.getLogger("jaxsrl.trainer")
-_TIMING_KEYS = ("env_s", "wait_s")
-
-
-class NonFiniteError(RuntimeError):
+class NonFiniteError(NonFiniteSegment):
     """A segment held NaN or Inf and the run is configured with ``on_nonfinite="raise"``."""
 
 
@@ -156,16 +151,11 @@ class TrainerWorker(LearnerRequests, Worker):
         self.batch_segments = batch_segments
         self.T = segment_length
         self.max_rows = max_rows
-        row_bytes = {k: math.prod(s.shape[1:]) * np.dtype(s.dtype).itemsize
-                     for k, s in self._schema.items()}
-        if max_rows is None:
-            self.max_bytes, self.max_frame_bytes = wire.DEFAULT_MAX_BYTES, -1
-        else:
-            self.max_bytes = max(1, max_rows * sum(row_bytes.values()))
-            self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, max_rows * max(row_bytes.values()))
-        self._float_names = [k for k in self._schema if not k.startswith("carry/")
-                             and k not in ("action", "terminated", "truncated", "version", "valid")]
-        self._episodes = EpisodeFilter()
+        # The sample stream's admission rules, shared with buffer processes.
+        self.gate = SegmentGate(self._schema, segment_length, max_rows, actors, metrics,
+                                on_nonfinite, name, log, nonfinite_error=NonFiniteError)
+        self.max_bytes, self.max_frame_bytes = self.gate.max_bytes, self.gate.max_frame_bytes
+        self.drops = self.gate.drops
         self._finite = jax.jit(_all_finite)
         self.store, self.metrics, self.checkpointer = store, metrics, checkpointer
         self.max_staleness, self.host = max_staleness, host
@@ -173,7 +163,6 @@ class TrainerWorker(LearnerRequests, Worker):
         self._pending_rows = 0
         self._waiting_since = time.perf_counter()  # for learner/batch_wait_ms
         self.checkpoint_requested = threading.Event()
-        self.drops = DropLog(log, "segment")
         self.extra_meta: dict = {}  # run counters saved with checkpoints (set by the launcher)
         self._requests = RequestQueue(name)  # run between updates (run_between_updates)
         self._min_version = 0  # actions older than this came from replaced parameters
@@ -242,28 +231,6 @@ class TrainerWorker(LearnerRequests, Worker):
                 self.update()
                 self._requests.serve()
 
-    def _validate(self, frames: list) -> wire.Message:
-        """Decode and check one message; raises ``WireError`` (or ``StaleRunError``)."""
-        msg = wire.decode(frames, max_bytes=self.max_bytes)
-        if msg.kind != "segment":
-            raise wire.WireError(f"expected a 'segment', got kind {msg.kind!r}")
-        actor = self.actors.check(msg.meta) if self.actors is not None else None
-        n = wire.check_rows(msg.arrays, self._schema, "segment")
-        if n == 0 or (self.max_rows is not None and n > self.max_rows):
-            raise wire.WireError(f"segment of {n} rows; this trainer takes 1..{self.max_rows}")
-        env_steps = msg.meta.get("env_steps", 0)
-        if type(env_steps) is not int or not 0 <= env_steps <= n * self.T:  # noqa: E721
-            raise wire.WireError(f"meta 'env_steps'={env_steps!r} is not an integer in "
-                                 f"0..{n * self.T} (rows x T)")
-        version = msg.arrays["version"]
-        lo, hi = int(version.min()), int(version.max())
-        if lo < 0 or hi > self.version:
-            raise wire.WireError(f"action versions {lo}..{hi} outside 0..{self.version} "
-                                 f"(the learner's current version)")
-        if actor is not None:
-            self.actors.seen(actor)
-        return msg
-
     @property
     def pending_rows(self) -> int:
         """Rows (segments) received and kept for the next batch, not yet learned from."""
@@ -271,36 +238,18 @@ class TrainerWorker(LearnerRequests, Worker):
 
     def _receive(self, frames: list) -> None:
         self.metrics.count("segments_received")
-        try:
-            msg = self._validate(frames)
-        except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep learning)
-            drop_input(self.drops, self.name, exc, self.metrics, "dropped_segments",
-                       "stale_run_segments_dropped")
+        self.gate.version = self.version
+        admitted = self.gate.admit(frames)
+        if admitted is None:
             return
-        meta = msg.meta
-        bad = nonfinite_arrays(msg.arrays, self._float_names)
-        if bad:
-            reason = f"segment from actor {meta.get('actor')!r} holds NaN or Inf in {bad}"
-            if self.on_nonfinite == "raise":
-                raise NonFiniteError(f"{self.name}: {reason} (on_nonfinite='raise')")
-            self.drops(self.name, reason)
-            self.metrics.count("nonfinite_segments_dropped")
-            return
-        self.metrics.add_env_steps(meta.get("env_steps", 0))
-        if type(meta.get("failovers")) is int and 0 < meta["failovers"] < 2**31:  # noqa: E721
-            self.metrics.count("inference_failovers", meta["failovers"])  # actors' server switches
-        for episode in self._episodes(meta.get("episodes")):
+        msg, episodes = admitted
+        for episode in episodes:
             team = episode.get("team")
             self.metrics.add_episode(episode)
             if isinstance(team, str):
                 # Per team only the return and length (the env's statistics are per game).
                 self.metrics.add_episode({k: episode[k] for k in ("return", "length") if k in episode},
                                          suffix=f"/{team}")
-        timing = meta.get("timing")
-        if isinstance(timing, dict):
-            self.metrics.add_means({k: timing[k] for k in _TIMING_KEYS
-                                    if type(timing.get(k)) is float and math.isfinite(timing[k])},
-                                   prefix="actor/")
         oldest = int(msg.arrays["version"].min())
         if oldest < self._min_version:  # acted by parameters that request_replace replaced
             self.metrics.count("replaced_segments_dropped")

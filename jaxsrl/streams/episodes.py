@@ -1,4 +1,5 @@
-"""Episode records that actors attach to segments, cleaned before they reach metrics.
+"""Episode records that actors attach to segments, cleaned before they reach metrics
+(by the trainer and the buffer process, through :class:`~jaxsrl.streams.segment_gate.SegmentGate`).
 
 A segment's meta may carry ``episodes``: a list of ``{"return", "length", "team",
 ...numeric statistics}`` dicts, one per episode finished in it. They come from actor
