@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 log = logging.getLogger("jaxsrl.child")
 
@@ -124,3 +124,32 @@ def report_failure(spec: dict, summary: str, exc: BaseException, code: int) -> i
     log.error("%s; exiting (exit code %d)\n%s", summary, code, text)
     write_error(spec.get("error_file"), f"{summary}\n{text}")
     return code
+
+
+def serve(spec: dict, build: Callable[[], Any], exit_codes: dict | None = None) -> int:
+    """The body of a server process's ``main``: ``build()`` a server (anything with
+    ``run()`` and ``close()``), run it until it stops, close it; returns the exit code.
+
+    Args:
+      spec: the process's spec (its ``error_file``).
+      build: makes the server (its errors count as the server's).
+      exit_codes: exception type -> exit code, for failures the launcher tells apart
+        (e.g. ``NonFiniteSegment``: ``EXIT_NONFINITE``).
+
+    Returns:
+      0 when it stopped (``run`` returned, or SIGTERM/SIGINT raised ``SystemExit``); the
+      mapped code, or 1, when it failed (the error reported by :func:`report_failure`).
+    """
+    server = None
+    try:
+        server = build()
+        server.run()
+    except SystemExit:
+        return 0
+    except Exception as exc:  # noqa: BLE001  (named to the launcher through the error file)
+        code = next((c for t, c in (exit_codes or {}).items() if isinstance(exc, t)), None)
+        return report_failure(spec, str(exc) if code is not None else repr(exc), exc, code or 1)
+    finally:
+        if server is not None:
+            server.close()
+    return 0

@@ -45,7 +45,7 @@ from jaxsrl.envs import env_has_idle_rows
 from jaxsrl.experiment import events
 from jaxsrl.experiment.agent_build import agent_spec
 from jaxsrl.experiment.run_dir import RunDir
-from jaxsrl.launch.processes import ChildProcess, exit_reason, stop_all
+from jaxsrl.launch.processes import ChildProcess, exit_reason, kill_for_restart, stop_all
 from jaxsrl.streams import replay_wire, wire
 from jaxsrl.streams.sockets import bind, open_socket
 from jaxsrl.workers.buffer.spec import BufferProcessSpec
@@ -300,14 +300,8 @@ class BufferProcesses(Worker):
             self.serving.clear()
 
     def _restart(self, s: Shard, reason: str) -> None:
-        s.child.kill()
-        error = read_error(s.child.spec.get("error_file"))
-        if self.restarts >= self.cfg.max_server_restarts:
-            raise RuntimeError(
-                f"buffer process {s.name} (pid {s.child.proc.pid}) {reason}"
-                + (f": {error}" if error else "")
-                + f"; buffer processes were restarted {self.restarts} times in this run "
-                f"(max_server_restarts={self.cfg.max_server_restarts}), giving up")
+        error = kill_for_restart(s.child, f"buffer process {s.name}", "buffer processes", reason,
+                                 self.restarts, self.cfg.max_server_restarts)
         self.restarts += 1
         self.metrics_of[s.stream].count("buffer_restarts")
         events.emit(log, logging.WARNING, "buffer_restart",

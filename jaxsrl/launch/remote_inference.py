@@ -31,7 +31,6 @@ from typing import Any, Callable
 
 import zmq
 
-from jaxsrl.core.child import read_error
 from jaxsrl.experiment import events
 from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.agent_build import agent_spec
@@ -40,7 +39,7 @@ from jaxsrl.streams import wire
 from jaxsrl.streams.param_stream import ParamPublisher
 from jaxsrl.streams.security import ENV_SERVER_PUBLIC, ENV_SERVER_SECRET
 from jaxsrl.streams.sockets import bind, open_socket
-from jaxsrl.launch.processes import ChildProcess, exit_reason, stop_all
+from jaxsrl.launch.processes import ChildProcess, exit_reason, kill_for_restart, stop_all
 from jaxsrl.launch.topology import server_names
 
 log = logging.getLogger("jaxsrl.launch.remote_inference")
@@ -243,14 +242,8 @@ class RemoteInferenceServers(Worker):
         return [(s.serving, s.heartbeat) for s in self.servers if s.address in addresses]
 
     def _restart(self, s: RemoteServer, reason: str) -> None:
-        s.child.kill()
-        error = read_error(s.child.spec.get("error_file"))
-        if self.restarts >= self.cfg.max_server_restarts:
-            raise RuntimeError(
-                f"inference server {s.name} (pid {s.child.proc.pid}) {reason}"
-                + (f": {error}" if error else "")
-                + f"; remote inference servers were restarted {self.restarts} times in this run "
-                f"(max_server_restarts={self.cfg.max_server_restarts}), giving up")
+        error = kill_for_restart(s.child, f"inference server {s.name}", "remote inference servers",
+                                 reason, self.restarts, self.cfg.max_server_restarts)
         self.restarts += 1
         self.metrics.count("server_restarts")
         events.emit(log, logging.WARNING, "server_restart",

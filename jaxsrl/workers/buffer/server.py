@@ -54,7 +54,7 @@ import jax
 import numpy as np
 import zmq
 
-from jaxsrl.core.child import report_failure, start_child
+from jaxsrl.core.child import serve, start_child
 from jaxsrl.core.exit_codes import EXIT_NONFINITE
 from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.agent_build import factory_of_spec
@@ -319,20 +319,8 @@ class BufferServer(Worker):
 def main(argv: list[str] | None = None) -> int:
     """``python -m jaxsrl.workers.buffer SPEC_JSON``; returns the exit code."""
     raw = start_child(argv, lambda s: s.get("name", "buffer"))
-    server = None
-    try:
-        server = BufferServer(BufferProcessSpec.from_dict(raw))
-        server.run()
-    except SystemExit:
-        return 0
-    except NonFiniteSegment as exc:
-        return report_failure(raw, str(exc), exc, EXIT_NONFINITE)
-    except Exception as exc:  # noqa: BLE001  (named to the launcher through the error file)
-        return report_failure(raw, repr(exc), exc, 1)
-    finally:
-        if server is not None:
-            server.close()
-    return 0
+    return serve(raw, lambda: BufferServer(BufferProcessSpec.from_dict(raw)),
+                 {NonFiniteSegment: EXIT_NONFINITE})
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ import time
 import jax
 import zmq
 
-from jaxsrl.core.child import report_failure, start_child
+from jaxsrl.core.child import serve, start_child
 from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.agent_build import factory_of_spec
 from jaxsrl.experiment.metrics import MetricsAccumulator
@@ -247,18 +247,7 @@ class InferenceServer(Worker):
 def main(argv: list[str] | None = None) -> int:
     """``python -m jaxsrl.workers.inference SPEC_JSON``; returns the exit code."""
     spec = start_child(argv, lambda s: s.get("name", "server"))
-    server = None
-    try:
-        server = InferenceServer(spec)
-        server.run()
-    except SystemExit:
-        return 0
-    except Exception as exc:  # noqa: BLE001  (named to the launcher through the error file)
-        return report_failure(spec, repr(exc), exc, 1)
-    finally:
-        if server is not None:
-            server.close()
-    return 0
+    return serve(spec, lambda: InferenceServer(spec))
 
 
 if __name__ == "__main__":

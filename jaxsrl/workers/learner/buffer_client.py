@@ -203,10 +203,7 @@ class BufferClientTrainer(TrainerWorker):
         state, metrics, priorities = self._learn(self.state, self._put_batch(batch), key)
         finite, metrics, priorities = jax.device_get((self._finite(state), metrics, priorities))
         if not bool(finite):
-            log.warning("%s: update %d produced NaN/Inf in the learner state; skipped it "
-                        "(previous parameters kept, nothing published)", self.name, self.version + 1)
-            self.metrics.count("nonfinite_updates_skipped")
-            self._waiting_since = time.perf_counter()
+            self.skip_nonfinite_update()
             return
         self.state = state
         self.version += 1

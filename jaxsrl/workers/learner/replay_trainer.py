@@ -172,9 +172,7 @@ class ReplayTrainer(TrainerWorker):
         state, metrics, priorities = self._learn(self.state, self._put_batch(batch), k_learn)
         finite, metrics = jax.device_get((self._finite(state), metrics))
         if not bool(finite):
-            log.warning("%s: update %d produced NaN/Inf in the learner state; skipped it "
-                        "(previous parameters kept, nothing published)", self.name, self.version + 1)
-            self.metrics.count("nonfinite_updates_skipped")
+            self.skip_nonfinite_update()
             return
         self.state = state
         self.version += 1

@@ -285,6 +285,14 @@ class TrainerWorker(LearnerRequests, Worker):
         self._pending_rows = len(rest["reward"])
         return {k: v[:B] for k, v in joined.items()}
 
+    def skip_nonfinite_update(self) -> None:
+        """An update produced NaN or Inf in the learner state: keep the previous state,
+        publish nothing, log and count it (``nonfinite_updates_skipped``)."""
+        log.warning("%s: update %d produced NaN/Inf in the learner state; skipped it "
+                    "(previous parameters kept, nothing published)", self.name, self.version + 1)
+        self.metrics.count("nonfinite_updates_skipped")
+        self._waiting_since = time.perf_counter()
+
     def update(self) -> None:
         """One ``learn`` call on the next ``batch_segments`` pending rows, then publish the
         new parameters as the next policy version (a non-finite result is skipped and
@@ -299,10 +307,7 @@ class TrainerWorker(LearnerRequests, Worker):
         if not bool(self._finite(state)):
             # Keep the previous state; the batch is consumed (learning from it again
             # would likely fail again).
-            log.warning("%s: update %d produced NaN/Inf in the learner state; skipped it "
-                        "(previous parameters kept, nothing published)", self.name, self.version + 1)
-            self.metrics.count("nonfinite_updates_skipped")
-            self._waiting_since = time.perf_counter()
+            self.skip_nonfinite_update()
             return
         self.state = state
         self.version += 1
