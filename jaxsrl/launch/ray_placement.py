@@ -47,7 +47,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without Ray installed
     raise ImportError("--launcher=ray needs Ray: pip install -e '.[ray]'") from exc
 
-from jaxsrl.launch.processes import REPO_ROOT
+from jaxsrl.core.paths import REPO_ROOT
 from jaxsrl.launch.ray_spawner import ACTOR_MODULE, LEARNER_MODULE, RaySpawner, spawner_for
 from jaxsrl.launch.supervision import ComponentDied
 from jaxsrl.streams import security
