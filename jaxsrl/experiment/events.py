@@ -47,7 +47,26 @@ from typing import Any, Iterator
 EVENTS_NAME = "run_events.jsonl"
 
 _lock = threading.Lock()
-_files: list = []  # open event files of the runs recording in this process
+_sinks: list = []  # event files of the runs recording in this process
+
+
+class _Sink:
+    """An events file, opened (created) at its first event: a run that records nothing
+    leaves no file, so a refused run leaves its folder as it found it."""
+
+    def __init__(self, path: str):
+        self.path, self.file = path, None
+
+    def write(self, line: str) -> None:
+        if self.file is None:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed in recording)
+        self.file.write(line + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 def emit(logger: logging.Logger, level: int, kind: str, fields: dict, msg: str, *args) -> None:
@@ -62,28 +81,27 @@ def emit(logger: logging.Logger, level: int, kind: str, fields: dict, msg: str, 
     """
     logger.log(level, msg, *args)
     with _lock:
-        if not _files:
+        if not _sinks:
             return
         line = json.dumps({"time": time.time(), "event": kind, "level": logging.getLevelName(level),
                            "message": msg % args if args else msg, **fields}, default=str)
-        for f in _files:
-            f.write(line + "\n")
-            f.flush()
+        for sink in _sinks:
+            sink.write(line)
 
 
 @contextlib.contextmanager
 def recording(path: str) -> Iterator[None]:
-    """Append the events emitted in this process to ``path`` while the block runs."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    f = open(path, "a", encoding="utf-8")  # noqa: SIM115  (closed below)
+    """Append the events emitted in this process to ``path`` while the block runs (the
+    file is created at the first event)."""
+    sink = _Sink(path)
     with _lock:
-        _files.append(f)
+        _sinks.append(sink)
     try:
         yield
     finally:
         with _lock:
-            _files.remove(f)
-        f.close()
+            _sinks.remove(sink)
+        sink.close()
 
 
 def read_events(path: str, kind: str | None = None) -> list[dict[str, Any]]:

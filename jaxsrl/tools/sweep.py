@@ -209,12 +209,23 @@ def run_sweep(train_args: Sequence[str], axes: Sequence[str], root: str, num_sam
         raise ValueError(f"{root} exists and is not empty: give a new --root")
     check_args(train_args, parsed)
     import ray  # noqa: PLC0415  (optional dependency: the [tune] extra)
-    from ray import tune  # noqa: PLC0415
 
     os.makedirs(os.path.join(root, "trials"), exist_ok=True)
-    if not ray.is_initialized():
+    started = not ray.is_initialized()
+    if started:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": child_env()["PYTHONPATH"]}})
+    try:
+        return _fit(train_args, parsed, root, num_samples, max_concurrent, cpus_per_trial)
+    finally:
+        if started:  # ours: stop its processes (a local Ray leaves a dozen behind)
+            ray.shutdown()
+
+
+def _fit(train_args, parsed, root, num_samples, max_concurrent, cpus_per_trial) -> dict:
+    """Tune's run of the trials, then the summary (Ray is up)."""
+    from ray import tune  # noqa: PLC0415  (optional dependency: the [tune] extra)
+
     trainable = tune.with_resources(
         tune.with_parameters(_trainable, train_args=list(train_args), root=root),
         {"cpu": cpus_per_trial})

@@ -4,8 +4,11 @@ runs, results stream to Tune, and the summary lists both trials."""
 import json
 import os
 
+import psutil
+
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.tools import sweep
+from test_faults_helpers import wait_for
 
 TINY = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=4", "--segment_length=8",
         "--batch_segments=4", "--total_env_steps=1200", "--log_interval_s=0.5",
@@ -33,3 +36,7 @@ def test_two_trials_train_in_their_own_run_folders_and_are_summarised(tmp_path):
     assert len(results) == 2
     with open(results[0]) as f:
         assert any("env_steps" in json.loads(line) for line in f)
+    # The local Ray the sweep started is shut down with it: no process of it is left
+    # to the tests after this one.
+    assert wait_for(lambda: not psutil.Process().children(recursive=True), 60,
+                    "Ray's processes to exit")
