@@ -47,7 +47,7 @@ from jaxsrl.experiment.agent_build import agent_spec
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch.processes import ChildProcess, exit_reason, kill_for_restart, stop_all
 from jaxsrl.streams import replay_wire, wire
-from jaxsrl.streams.sockets import bind, open_socket
+from jaxsrl.streams.sockets import bind, drain, open_socket
 from jaxsrl.workers.buffer.spec import BufferProcessSpec
 
 log = logging.getLogger("jaxsrl.launch.buffers")
@@ -161,13 +161,7 @@ class BufferProcesses(Worker):
                 self._start(s)
             while not self.stop.is_set():
                 self.beat()
-                if status.poll(50):
-                    while True:
-                        try:
-                            frames = status.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        self.on_status(frames)
+                drain(status, self.on_status)
                 self._send_actor_runs()
                 self._watch()
         finally:

@@ -38,7 +38,7 @@ from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.streams import wire
 from jaxsrl.streams.param_stream import ParamPublisher
 from jaxsrl.streams.security import ENV_SERVER_PUBLIC, ENV_SERVER_SECRET
-from jaxsrl.streams.sockets import bind, open_socket
+from jaxsrl.streams.sockets import bind, drain, open_socket
 from jaxsrl.launch.processes import ChildProcess, exit_reason, kill_for_restart, stop_all
 from jaxsrl.launch.topology import server_names
 
@@ -144,13 +144,7 @@ class RemoteInferenceServers(Worker):
             while not self.stop.is_set():
                 if self.publisher.error is not None:
                     raise RuntimeError(f"parameter publisher failed: {self.publisher.error!r}")
-                if status.poll(50):
-                    while True:
-                        try:
-                            frames = status.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        self._on_status(frames)
+                drain(status, self._on_status)
                 self._watch()
         finally:
             stop_all([s.child for s in self.servers])

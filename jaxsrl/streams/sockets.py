@@ -9,7 +9,7 @@ No JAX here: actors import this.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import secrets
 
@@ -97,3 +97,18 @@ def bind(sock: zmq.Socket, host: str, port: int = 0, name: str = "socket") -> st
     else:
         port = sock.bind_to_random_port(f"tcp://{host}")
     return f"tcp://{security.connect_host(host)}:{port}"
+
+
+def drain(sock: zmq.Socket, handle: Callable[[list], None], timeout_ms: int = 50) -> int:
+    """Wait up to ``timeout_ms`` for a message on ``sock``, then pass every waiting one to
+    ``handle`` (multipart frames, as bytes); returns how many were handled."""
+    n = 0
+    if sock.poll(timeout_ms):
+        while True:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return n
+            handle(frames)
+            n += 1
+    return n

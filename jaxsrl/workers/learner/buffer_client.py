@@ -200,13 +200,10 @@ class BufferClientTrainer(TrainerWorker):
         t0 = time.perf_counter()
         self.metrics.add_means({"learner/batch_wait_ms": 1e3 * (t0 - self._waiting_since)})
         self.rng, key = jax.random.split(self.rng)
-        state, metrics, priorities = self._learn(self.state, self._put_batch(batch), key)
-        finite, metrics, priorities = jax.device_get((self._finite(state), metrics, priorities))
-        if not bool(finite):
-            self.skip_nonfinite_update()
+        learned = self.learn_replay_batch(batch, key)
+        if learned is None:
             return
-        self.state = state
-        self.version += 1
+        metrics, priorities = learned
         t1 = time.perf_counter()
         arrays = {"ids": np.asarray(msg.arrays["ids"], np.int32),
                   "priorities": np.asarray(priorities, np.float32).reshape(-1)}

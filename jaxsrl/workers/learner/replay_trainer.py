@@ -169,13 +169,10 @@ class ReplayTrainer(TrainerWorker):
         t0 = time.perf_counter()
         self.rng, k_sample, k_learn = jax.random.split(self.rng, 3)
         batch, ids = self.feed.sample(k_sample, self.version)
-        state, metrics, priorities = self._learn(self.state, self._put_batch(batch), k_learn)
-        finite, metrics = jax.device_get((self._finite(state), metrics))
-        if not bool(finite):
-            self.skip_nonfinite_update()
+        learned = self.learn_replay_batch(batch, k_learn)
+        if learned is None:
             return
-        self.state = state
-        self.version += 1
+        metrics, priorities = learned
         t1 = time.perf_counter()
         self.store.publish(self.policy, self.version, self.state.params)
         self.feed.set_priorities(ids, priorities)

@@ -293,6 +293,19 @@ class TrainerWorker(LearnerRequests, Worker):
         self.metrics.count("nonfinite_updates_skipped")
         self._waiting_since = time.perf_counter()
 
+    def learn_replay_batch(self, batch: Any, key: jax.Array) -> tuple[dict, Any] | None:
+        """``learn`` on one replay batch (off-policy learners): keep the new state and
+        count the new version, or skip a non-finite result (``None``). Returns the host
+        metrics and the batch's new priorities (as ``learn`` returned them, on device)."""
+        state, metrics, priorities = self._learn(self.state, self._put_batch(batch), key)
+        finite, metrics = jax.device_get((self._finite(state), metrics))
+        if not bool(finite):
+            self.skip_nonfinite_update()
+            return None
+        self.state = state
+        self.version += 1
+        return metrics, priorities
+
     def update(self) -> None:
         """One ``learn`` call on the next ``batch_segments`` pending rows, then publish the
         new parameters as the next policy version (a non-finite result is skipped and
