@@ -83,10 +83,14 @@ def search_space(axes: Sequence[tuple[str, str, tuple]]) -> dict:
 
     make = {"uniform": tune.uniform, "loguniform": tune.loguniform, "randint": tune.randint,
             "choice": lambda *v: tune.choice(list(v)), "grid": lambda *v: tune.grid_search(list(v))}
+    _check_unique(axes)
+    return {name: make[kind](*args) for name, kind, args in axes}
+
+
+def _check_unique(axes: Sequence[tuple[str, str, tuple]]) -> None:
     names = [name for name, _, _ in axes]
     if len(set(names)) != len(names):
-        raise ValueError(f"an axis is given twice: {sorted(n for n in names if names.count(n) > 1)}")
-    return {name: make[kind](*args) for name, kind, args in axes}
+        raise ValueError(f"an axis is given twice: {sorted({n for n in names if names.count(n) > 1})}")
 
 
 def flags_of(values: dict) -> list[str]:
@@ -99,18 +103,24 @@ def check_args(train_args: Sequence[str], axes: Sequence[tuple[str, str, tuple]]
     each axis' first value parses, before any trial starts.
 
     Raises:
-      ValueError: ``--logdir``/``--resume``/``--overwrite`` among ``train_args``, or a
-        config error of the command with the axes' values (its one-line message).
+      ValueError: ``--logdir``/``--resume``/``--overwrite`` or an axis' flag among
+        ``train_args``, an axis given twice, or a config error of the command with the
+        axes' values (its one-line message).
     """
+    _check_unique(axes)
+    searched = {f"--{name}" for name, _, _ in axes}
     for arg in train_args:
-        if arg.split("=")[0] in _OWN_FLAGS:
-            raise ValueError(f"{arg.split('=')[0]} is set by the sweep (one run folder per trial)")
+        flag = arg.split("=")[0]
+        if flag in _OWN_FLAGS:
+            raise ValueError(f"{flag} is set by the sweep (one run folder per trial)")
+        if flag in searched:
+            raise ValueError(f"{flag} is both a train flag and an axis: give it in one place")
     example = {name: args[0] for name, kind, args in axes}
     try:
         load_config([*train_args, *flags_of(example)]).validate()
     except SystemExit:
-        raise ValueError(f"the train command does not parse with {flags_of(example)} "
-                         "(see the message above)") from None
+        raise ValueError(f"the train command {' '.join([*train_args, *flags_of(example)])!r} "
+                         "does not parse (see the message above)") from None
 
 
 def _records(path: str, start: int) -> tuple[list[dict], int]:
@@ -263,11 +273,14 @@ def format_table(summary: dict) -> str:
         return "n/a" if x is None else f"{x:,.1f}" if isinstance(x, float) else f"{x:,}" \
             if isinstance(x, int) else str(x)
 
+    def value(x):  # a searched value: as precise as it was drawn (1e-3 is not "0.0")
+        return f"{x:.4g}" if isinstance(x, float) else fmt(x)
+
     rows = ["| trial | " + " | ".join(names) + " | rc | final return | best return | env steps "
             "| wall s | run folder |",
             "|" + "---|" * (len(names) + 7)]
     for t in summary["trials"]:
-        rows.append(f"| {t['trial']} | " + " | ".join(fmt(t["config"].get(n)) for n in names)
+        rows.append(f"| {t['trial']} | " + " | ".join(value(t["config"].get(n)) for n in names)
                     + f" | {t['rc']} | {fmt(t['final_return'])} | {fmt(t['best_return'])} | "
                     f"{fmt(t['env_steps'])} | {fmt(t['wall_s'])} | {os.path.relpath(t['logdir'], summary['root'])} |")
     return "\n".join(rows)

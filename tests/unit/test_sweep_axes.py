@@ -39,9 +39,12 @@ def test_bad_axes_are_refused_naming_them(text, message):
     assert repr(text) in str(info.value)
 
 
-def test_an_axis_given_twice_is_refused():
-    with pytest.raises(ValueError, match="given twice"):
+def test_an_axis_given_twice_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match=r"given twice: \['seed'\]"):
         sweep.search_space([sweep.parse_axis("seed=grid(0, 1)"), sweep.parse_axis("seed=choice(2)")])
+    with pytest.raises(ValueError, match=r"given twice: \['seed'\]"):
+        sweep.run_sweep([], ["seed=grid(0, 1)", "seed=grid(2)"], str(tmp_path / "s"))
+    assert not (tmp_path / "s").exists()
 
 
 def test_flags_the_sweep_sets_and_unknown_train_flags_are_refused_before_ray_starts(tmp_path):
@@ -49,6 +52,9 @@ def test_flags_the_sweep_sets_and_unknown_train_flags_are_refused_before_ray_sta
         sweep.run_sweep(["--logdir=x"], ["seed=grid(0)"], str(tmp_path / "s"))
     with pytest.raises(ValueError, match="does not parse"):
         sweep.run_sweep([], ["no_such_flag=grid(0)"], str(tmp_path / "s"))
+    with pytest.raises(ValueError, match="--seed is both a train flag and an axis"):
+        sweep.run_sweep(["--seed=3"], ["seed=grid(0)"], str(tmp_path / "s"))
+    assert not (tmp_path / "s").exists()
     with pytest.raises(ValueError, match="at least one --axis"):
         sweep.run_sweep([], [], str(tmp_path / "s"))
     os.makedirs(tmp_path / "full")
@@ -61,11 +67,12 @@ def test_summary_orders_trials_best_first_and_tables_them(tmp_path):
     os.makedirs(tmp_path / "trials")
     for trial, ret in (("a", 10.0), ("b", None), ("c", 300.5)):
         with open(tmp_path / "trials" / f"{trial}.json", "w") as f:
-            json.dump({"trial": trial, "config": {"seed": ord(trial)}, "rc": 0, "final_return": ret,
+            json.dump({"trial": trial, "config": {"seed": ord(trial), "lr": 3e-4}, "rc": 0,
+                       "final_return": ret,
                        "best_return": ret, "env_steps": 1000, "wall_s": 3.0,
                        "logdir": str(tmp_path / "trials" / trial)}, f)
     summary = sweep.write_summary(str(tmp_path))
     assert [t["trial"] for t in summary["trials"]] == ["c", "a", "b"]
     table = (tmp_path / "summary.md").read_text()
-    assert table.splitlines()[2].startswith("| c | 99 | 0 | 300.5 | 300.5 | 1,000 | 3.0 | trials/c |")
-    assert "| b | 98 | 0 | n/a |" in table
+    assert table.splitlines()[2].startswith("| c | 0.0003 | 99 | 0 | 300.5 | 300.5 | 1,000 | 3.0 | trials/c |")
+    assert "| b | 0.0003 | 98 | 0 | n/a |" in table
