@@ -19,6 +19,7 @@ launcher turns into events.
 
 Kinds, with their fields:
 
+* ``run_start``: agent, env, resume, launcher, pid
 * ``actor_restart``: actor, actor_id, reason, error (its first line), error_file (the whole
   traceback, if any), code (exit code), restart, delay_s
 * ``actor_hang``: actor, actor_id, silent_s

@@ -123,6 +123,11 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     try:
         setup = wiring.agent_setup(cfg, flow, placement)  # ValueErrors before anything starts
         _write_config(cfg, logdir)
+        events.emit(log, logging.INFO, "run_start",
+                    {"agent": cfg.agent, "env": cfg.env, "resume": bool(cfg.resume),
+                     "launcher": cfg.launcher, "pid": os.getpid()},
+                    "run of %s on %s starts in %s%s", cfg.agent, cfg.env, logdir,
+                    " (resumed)" if cfg.resume else "")
         run = wiring.new_run(cfg, setup.flow, logdir, clock, placement, spawner)
         old_handlers = install_stop_handlers()
         wiring.start(run, setup)

@@ -67,6 +67,8 @@ def test_sigkill_then_resume_continues_from_the_newest_checkpoint(tmp_path):
     n_before = len(records(logdir))
     cfg = load_config(small_args(logdir, "--resume", f"--total_env_steps={meta['env_steps'] + 3000}"))
     record = train(cfg)
+    starts = RunDir(logdir).read_events("run_start")
+    assert [e["resume"] for e in starts] == [False, True]  # the killed run, then this one
     (resumed_event,) = RunDir(logdir).read_events("resumed")
     assert resumed_event == resumed_event | {"policy": "default", "version": step,
                                              "env_steps": meta["env_steps"]}
