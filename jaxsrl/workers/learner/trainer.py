@@ -139,7 +139,7 @@ class TrainerWorker(LearnerRequests, Worker):
             raise ValueError(f"on_nonfinite={on_nonfinite!r} must be 'drop' or 'raise'")
         super().__init__(name)
         self.policy = policy
-        self.actors, self.on_nonfinite = actors, on_nonfinite
+        # actors and on_nonfinite live in the segment gate below
         self._context, self._curve = context, curve
         self._before_update = before_update
         self._learn, self._put_batch = learn, put_batch
