@@ -147,6 +147,7 @@ class EncoderActorCritic(nn.Module):
     layout: tuple[Leaf, ...]
     hidden_sizes: Sequence[int] = ()
     activation: str = "relu"
+    log_std_init: float = 0.0
 
     def setup(self):
         head = self.head
@@ -154,8 +155,7 @@ class EncoderActorCritic(nn.Module):
         self.encoder = ObservationEncoder(self.layout)
         self.policy_net = networks.MLP(self.hidden_sizes, out, 0.01, self.activation)
         self.value_net = networks.MLP(self.hidden_sizes, 1, 1.0, self.activation)
-        if head.kind == "gaussian":
-            self.log_std = self.param("log_std", nn.initializers.zeros, (head.sizes[0],))
+        networks.add_log_std(self, head, self.log_std_init)
 
     def _dist(self, features: jax.Array) -> networks.Distribution:
         return networks.logits_to_distribution(self.policy_net(features), self.head,
@@ -174,12 +174,14 @@ class EncoderActorCritic(nn.Module):
 
 def actor_critic(obs_space: gymnasium.spaces.Space, head: networks.ActionHead,
                  hidden_sizes: Sequence[int], activation: str, shared_torso: bool = False,
-                 init: str = "orthogonal") -> tuple[nn.Module, Callable[[Any], Any]]:
+                 init: str = "orthogonal", log_std_init: float = 0.0
+                 ) -> tuple[nn.Module, Callable[[Any], Any]]:
     """The feed-forward actor-critic for ``obs_space`` and how to feed it.
 
     Vector observations get separate policy and value MLPs (``networks.ActorCritic``),
     or with ``shared_torso`` one MLP torso under both heads
-    (``networks.SharedActorCritic``); ``init`` as ``networks._dense``.
+    (``networks.SharedActorCritic``); ``init`` as ``networks._dense``; a Gaussian head's
+    ``log_std`` starts at ``log_std_init`` (``networks.add_log_std``).
 
     Returns:
       ``(net, net_input)``: ``net`` is an ``EncoderActorCritic`` when the space holds an
@@ -192,10 +194,10 @@ def actor_critic(obs_space: gymnasium.spaces.Space, head: networks.ActionHead,
     """
     layout = observation_layout(obs_space)
     if any(leaf.image for leaf in layout):
-        net = EncoderActorCritic(head, layout, tuple(hidden_sizes), activation)
+        net = EncoderActorCritic(head, layout, tuple(hidden_sizes), activation, log_std_init)
         return net, lambda obs: obs
     cls = networks.SharedActorCritic if shared_torso else networks.ActorCritic
-    net = cls(head, tuple(hidden_sizes), activation, init)
+    net = cls(head, tuple(hidden_sizes), activation, init, log_std_init)
     return net, lambda obs: networks.flatten_observation(obs, obs_space)
 
 

@@ -262,11 +262,14 @@ def policy_outputs(head: ActionHead) -> int:
     return sum(head.sizes) if head.kind == "multi_categorical" else head.sizes[0]
 
 
-def add_log_std(module: nn.Module, head: ActionHead) -> None:
+def add_log_std(module: nn.Module, head: ActionHead, init: float = 0.0) -> None:
     """Give ``module`` (in its ``setup``) the learned state-independent ``log_std [A]``
-    of a Gaussian head, initialised to 0 (std 1); nothing for other heads."""
+    of a Gaussian head, initialised to ``init`` (0: std 1, as CleanRL and Sample Factory's
+    ``initial_stddev=1``; -0.5 .. -2 start with less exploration noise, as RL Zoo's tuned
+    MuJoCo PPO ``log_std_init``); nothing for other heads."""
     if head.kind == "gaussian":
-        module.log_std = module.param("log_std", nn.initializers.zeros, (head.sizes[0],))
+        module.log_std = module.param("log_std", nn.initializers.constant(init),
+                                      (head.sizes[0],))
 
 
 class Torso(nn.Module):
@@ -294,12 +297,13 @@ class SharedActorCritic(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     init_scheme: str = "orthogonal"
+    log_std_init: float = 0.0
 
     def setup(self):
         self.torso = Torso(self.hidden_sizes, self.activation, self.init_scheme)
         self.policy_out = _dense(policy_outputs(self.head), 0.01, self.init_scheme)
         self.value_out = _dense(1, 1.0, self.init_scheme)
-        add_log_std(self, self.head)
+        add_log_std(self, self.head, self.log_std_init)
 
     def _dist(self, h: jax.Array) -> Distribution:
         return logits_to_distribution(self.policy_out(h), self.head, getattr(self, "log_std", None))
@@ -326,12 +330,13 @@ class ActorCritic(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     init_scheme: str = "orthogonal"
+    log_std_init: float = 0.0
 
     def setup(self):
         self.policy_net = MLP(self.hidden_sizes, policy_outputs(self.head), 0.01, self.activation,
                               self.init_scheme)
         self.value_net = MLP(self.hidden_sizes, 1, 1.0, self.activation, self.init_scheme)
-        add_log_std(self, self.head)
+        add_log_std(self, self.head, self.log_std_init)
 
     def policy(self, x: jax.Array) -> Distribution:
         return logits_to_distribution(self.policy_net(x), self.head, getattr(self, "log_std", None))

@@ -20,7 +20,7 @@ import optax
 from agents import encoders, networks
 from agents import normalization as nz
 from agents.optim import clipped_adam_lr_arg
-from agents.ppo_loss import (PPOLoss, masked_mean, minibatch_metrics, pop_art_preserve,
+from agents.ppo_loss import (RATIO_CLIPS, PPOLoss, masked_mean, minibatch_metrics, pop_art_preserve,
                              ppo_loss, replace_at, standardise, unstandardise)
 from agents.ppo_recurrent import make_recurrent
 from agents.returns import bootstrap_values, gae
@@ -104,6 +104,8 @@ class PPOConfig:
     the statistics change, the head's last layer is rescaled so its unnormalised output
     is preserved (PopArt, van Hasselt et al. 2016; ``agents.ppo_loss.pop_art_preserve``)."""
     kl_coef: float = 0.0
+    """Weight of a KL(pi_old || pi) penalty added to the clipped loss (0: none).
+    Sample Factory's ``kl_loss_coeff`` (0.1 in its MuJoCo settings)."""
     shared_torso: bool = False
     """Vector observations: one MLP torso under the policy and value heads (Sample
     Factory's default, ``actor_critic_share_weights``) instead of two MLPs (CleanRL)."""
@@ -114,8 +116,20 @@ class PPOConfig:
     value_clip_eps: float = 0.0
     """Value clipping range around the pre-update values, in the value head's units
     (0: ``clip_eps``). Sample Factory's ``ppo_clip_value`` (1.0)."""
-    """Weight of a KL(pi_old || pi) penalty added to the clipped loss (0: none).
-    Sample Factory's ``kl_loss_coeff`` (0.1 in its MuJoCo settings)."""
+    ratio_clip: str = "symmetric"
+    """Clipping interval of the ratio: ``symmetric`` ``[1 - eps, 1 + eps]`` (Schulman et
+    al. 2017) or ``inverse`` ``[1/(1 + eps), 1 + eps]`` (Sample Factory; see
+    ``agents.ppo_loss.ppo_loss``)."""
+    ratio_clamp: float = 0.0
+    """Clamp the ratio to ``[1/c, c]`` before the surrogate (0: no clamp; Sample Factory:
+    20, i.e. [0.05, 20])."""
+    shuffle_minibatches: bool = True
+    """Draw each epoch's minibatches as a random permutation of the batch (CleanRL);
+    ``False``: the same contiguous slices of whole segments every epoch, in order
+    (Sample Factory's ``shuffle_minibatches=False``)."""
+    log_std_init: float = 0.0
+    """Initial learned log standard deviation of a Box action's Gaussian (``mlp`` networks; 0: std 1; RL
+    Zoo's tuned MuJoCo PPO uses -2 to -0.5)."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first out-of-range hyperparameter."""
@@ -125,12 +139,15 @@ class PPOConfig:
                   ("vf_coef", self.vf_coef >= 0), ("ent_coef", self.ent_coef >= 0),
                   ("max_grad_norm", self.max_grad_norm > 0), ("kl_coef", self.kl_coef >= 0),
                   ("value_clip_eps", self.value_clip_eps >= 0), ("attention_heads", self.attention_heads >= 1),
+                  ("ratio_clamp", self.ratio_clamp == 0 or self.ratio_clamp > 1),
                   ("entity_embed", self.entity_embed >= 0), ("dense_size", self.dense_size >= 0),
                   ("lstm_size", self.lstm_size >= 0), ("lidar_filters", self.lidar_filters >= 1),
                   ("hidden_sizes", all(h >= 1 for h in self.hidden_sizes))]
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"ppo.{name}={getattr(self, name)!r} is out of range")
+        if self.ratio_clip not in RATIO_CLIPS:
+            raise ValueError(f"ppo.ratio_clip={self.ratio_clip!r}; valid: {', '.join(RATIO_CLIPS)}")
         if self.attention_style not in ("ours", "released"):
             raise ValueError(f"ppo.attention_style={self.attention_style!r}; valid: 'ours', 'released'")
         width = self.entity_embed or (self.hidden_sizes[0] if self.hidden_sizes else 64)
@@ -200,7 +217,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
     # Dict -> Nature CNN per image key + flattened other keys (agents/encoders.py).
     net, net_input = encoders.actor_critic(
         obs_space, networks.head_for_space(spec.action_space), config.hidden_sizes,
-        config.activation, config.shared_torso, config.init)
+        config.activation, config.shared_torso, config.init, config.log_std_init)
     unroll = encoders.scan_unroll(net)  # CNN gradients are slow inside XLA:CPU loops
     steps_per_update = config.num_epochs * config.num_minibatches
     optimiser, lr_multiplier = clipped_adam_lr_arg(config.anneal_lr, num_updates * steps_per_update,
@@ -264,6 +281,8 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             kl_coef=config.kl_coef,
             value_clip_eps=config.value_clip_eps or None,
             mask=batch.mask,
+            ratio_clip=config.ratio_clip,
+            ratio_clamp=config.ratio_clamp,
         )
         return out.total, out
 
@@ -339,7 +358,8 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         )
 
         def epoch(carry, key):
-            perm = jax.random.permutation(key, n).reshape(config.num_minibatches, -1)
+            perm = (jax.random.permutation(key, n) if config.shuffle_minibatches
+                    else jnp.arange(n)).reshape(config.num_minibatches, -1)
             minibatches = jax.tree.map(lambda x: x[perm], data)  # [M, N / M, ...]
             return jax.lax.scan(lambda c, mb: sgd_step(c, mb, hyper), carry, minibatches,
                                 unroll=unroll)

@@ -16,6 +16,10 @@ import optax
 from agents import normalization as nz
 
 
+RATIO_CLIPS = ("symmetric", "inverse")
+"""``ppo_loss``'s clipping intervals: ``[1 - eps, 1 + eps]`` and ``[1/(1 + eps), 1 + eps]``."""
+
+
 class PPOLoss(NamedTuple):
     """Output of ``ppo_loss``; every field is a scalar.
 
@@ -27,7 +31,7 @@ class PPOLoss(NamedTuple):
       entropy: mean policy entropy.
       approx_kl: ``mean((r - 1) - log r)``, an estimate of ``KL(pi_old || pi)``
         (Schulman's "k3" estimator; unbiased, and its gradient is the KL's gradient).
-      clip_fraction: fraction of samples with ``|r - 1| > clip_eps``.
+      clip_fraction: fraction of samples whose ratio is outside the clipping interval.
     """
 
     total: jax.Array
@@ -63,13 +67,20 @@ def ppo_loss(
     kl_coef: float = 0.0,
     value_clip_eps: float | None = None,
     mask: chex.Array | None = None,
+    ratio_clip: str = "symmetric",
+    ratio_clamp: float = 0.0,
 ) -> PPOLoss:
     """PPO clipped-surrogate loss (Schulman et al. 2017, eq. 7 and eq. 9).
 
-    With ratio ``r = exp(logp - behaviour_logp)`` and advantages ``A`` (standardised
-    over the valid samples when ``normalize_advantages``)::
+    With ratio ``r = exp(logp - behaviour_logp)`` (first clamped to ``[1/c, c]`` when
+    ``ratio_clamp = c > 0``: Sample Factory clamps to [0.05, 20], "super large/small
+    values can cause numerical problems") and advantages ``A`` (standardised over the
+    valid samples when ``normalize_advantages``)::
 
-        L^CLIP = mean(min(r * A, clip(r, 1 - eps, 1 + eps) * A))
+        L^CLIP = mean(min(r * A, clip(r, lo, hi) * A))
+                 lo, hi = 1 - eps, 1 + eps              (ratio_clip="symmetric", the paper)
+                 lo, hi = 1 / (1 + eps), 1 + eps        (ratio_clip="inverse", Sample
+                                                         Factory's learner.py)
         L^V    = 0.5 * mean((V - G)^2), or with ``clip_value_loss`` (PPO2 / CleanRL)
                  0.5 * mean(max((V - G)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - G)^2))
         KL     = mean((r - 1) - log r)          (estimate of KL(pi_old || pi))
@@ -99,6 +110,11 @@ def ppo_loss(
         CleanRL; Sample Factory's ``ppo_clip_value`` is 1.0 in normalised units).
       mask: ``[N]`` bool, the samples that count (``None``: all). Masked-out samples
         (idle rows of absent agents) contribute to no mean and get no gradient.
+      ratio_clip: ``symmetric`` or ``inverse`` (the clipping interval above).
+      ratio_clamp: ``c``; ``0``: no clamp.
+
+    Raises:
+      ValueError: an unknown ``ratio_clip``.
 
     Returns:
       ``PPOLoss`` of scalars.
@@ -114,9 +130,14 @@ def ppo_loss(
         adv_std = jnp.sqrt(mean((advantage - adv_mean) ** 2))
         advantage = (advantage - adv_mean) / (adv_std + 1e-8)
 
+    if ratio_clip not in RATIO_CLIPS:
+        raise ValueError(f"ratio_clip={ratio_clip!r}; valid: {', '.join(RATIO_CLIPS)}")
     log_ratio = logp - behaviour_logp
     ratio = jnp.exp(log_ratio)
-    clipped_ratio = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    if ratio_clamp:
+        ratio = jnp.clip(ratio, 1.0 / ratio_clamp, ratio_clamp)
+    low = 1.0 - clip_eps if ratio_clip == "symmetric" else 1.0 / (1.0 + clip_eps)
+    clipped_ratio = jnp.clip(ratio, low, 1.0 + clip_eps)
     policy_loss = -mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage))
 
     value_err = (value - return_) ** 2
@@ -126,7 +147,7 @@ def ppo_loss(
         value_err = jnp.maximum(value_err, (clipped_value - return_) ** 2)
     value_loss = 0.5 * mean(value_err)
 
-    kl = mean((ratio - 1.0) - log_ratio)
+    kl = mean((jnp.exp(log_ratio) - 1.0) - log_ratio)  # the unclamped ratio
     mean_entropy = mean(entropy)
     total = policy_loss + vf_coef * value_loss - ent_coef * mean_entropy
     if kl_coef:
@@ -138,7 +159,7 @@ def ppo_loss(
         entropy=mean_entropy,
         approx_kl=jax.lax.stop_gradient(kl),
         clip_fraction=jax.lax.stop_gradient(
-            mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32))),
+            mean(((ratio < low) | (ratio > 1.0 + clip_eps)).astype(jnp.float32))),
     )
 
 

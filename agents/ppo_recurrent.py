@@ -181,7 +181,8 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls,
                            clip_value_loss=config.clip_value_loss,
                            normalize_advantages=config.normalize_advantages,
                            kl_coef=config.kl_coef, value_clip_eps=config.value_clip_eps or None,
-                           mask=None if traj.valid is None else flat(mb["valid"]))
+                           mask=None if traj.valid is None else flat(mb["valid"]),
+                           ratio_clip=config.ratio_clip, ratio_clamp=config.ratio_clamp)
             return out.total, out
 
         def sgd_step(carry, idx):
@@ -196,7 +197,8 @@ def make_recurrent(config, spec: EnvSpec, num_updates: int, state_cls,
             return (variables, opt_state), minibatch_metrics(out, grads, lr)
 
         def epoch(carry, key):
-            perm = jax.random.permutation(key, B).reshape(config.num_minibatches, -1)
+            perm = (jax.random.permutation(key, B) if config.shuffle_minibatches
+                    else jnp.arange(B)).reshape(config.num_minibatches, -1)
             return jax.lax.scan(sgd_step, carry, perm)
 
         (variables, opt_state), metrics = jax.lax.scan(
