@@ -95,6 +95,32 @@ def log_prob(dist: Distribution, action: chex.Array) -> jax.Array:
     return jnp.sum(-0.5 * z**2 - log_std - 0.5 * math.log(2 * math.pi), axis=-1)
 
 
+def kl_divergence(p: Distribution, q: Distribution) -> jax.Array:
+    """``KL(p || q)`` in closed form, summed over the independent components; ``[...]``.
+
+    Categorical: ``sum_j p_j (log p_j - log q_j)``. Diagonal Gaussian (Sample Factory's
+    ``kl_divergence`` of its ``ContinuousActionDistribution``)::
+
+        sum_i log(sigma_q,i / sigma_p,i)
+              + (sigma_p,i^2 + (mu_p,i - mu_q,i)^2) / (2 sigma_q,i^2) - 1/2
+
+    Raises:
+      TypeError: ``p`` and ``q`` are not the same kind of distribution.
+    """
+    if type(p) is not type(q):
+        raise TypeError(f"KL between a {type(p).__name__} and a {type(q).__name__}")
+    if isinstance(p, (Categorical, MultiCategorical)):
+        lp = jax.nn.log_softmax(p.logits, axis=-1)
+        lq = jax.nn.log_softmax(q.logits, axis=-1)
+        kl = jnp.sum(jnp.exp(lp) * (lp - lq), axis=-1)
+        return kl.sum(-1) if isinstance(p, MultiCategorical) else kl
+    ls_p = jnp.broadcast_to(p.log_std, p.mean.shape)
+    ls_q = jnp.broadcast_to(q.log_std, q.mean.shape)
+    var_ratio = jnp.exp(2.0 * (ls_p - ls_q))
+    mean_term = (p.mean - q.mean) ** 2 * jnp.exp(-2.0 * ls_q)
+    return jnp.sum(ls_q - ls_p + 0.5 * (var_ratio + mean_term) - 0.5, axis=-1)
+
+
 def entropy(dist: Distribution) -> jax.Array:
     """Entropy, summed over the independent components; shape ``[...]``.
 

@@ -106,6 +106,11 @@ class PPOConfig:
     kl_coef: float = 0.0
     """Weight of a KL(pi_old || pi) penalty added to the clipped loss (0: none).
     Sample Factory's ``kl_loss_coeff`` (0.1 in its MuJoCo settings)."""
+    kl_estimator: str = "sample"
+    """The KL of the ``kl_coef`` penalty: ``sample`` (``mean((r - 1) - log r)``, an
+    estimate of KL(pi_old || pi) from the taken actions) or ``closed_form`` (KL(pi ||
+    pi_old) of the whole distributions, as Sample Factory; ``pi_old`` is the policy at
+    the start of the update, so the actors' lag does not enter it; ``mlp`` networks)."""
     shared_torso: bool = False
     """Vector observations: one MLP torso under the policy and value heads (Sample
     Factory's default, ``actor_critic_share_weights``) instead of two MLPs (CleanRL)."""
@@ -146,6 +151,12 @@ class PPOConfig:
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"ppo.{name}={getattr(self, name)!r} is out of range")
+        if self.kl_estimator not in ("sample", "closed_form"):
+            raise ValueError(f"ppo.kl_estimator={self.kl_estimator!r}; valid: 'sample', "
+                             "'closed_form'")
+        if self.kl_estimator == "closed_form" and self.network != "mlp":
+            raise ValueError("ppo.kl_estimator='closed_form' needs ppo.network='mlp'; got "
+                             f"{self.network!r}")
         if self.ratio_clip not in RATIO_CLIPS:
             raise ValueError(f"ppo.ratio_clip={self.ratio_clip!r}; valid: {', '.join(RATIO_CLIPS)}")
         if self.attention_style not in ("ours", "released"):
@@ -175,7 +186,8 @@ class _Batch(NamedTuple):
     """Flat transitions, ``[N, ...]`` leaves with ``N = B * T``.
 
     ``return_`` and ``old_value`` are in the value head's units; ``mask`` is ``[N]``
-    bool (valid steps) or ``None``.
+    bool (valid steps) or ``None``; ``old_dist`` the pre-update policy at each sample
+    (``kl_estimator="closed_form"``) or ``None``.
     """
 
     obs: chex.ArrayTree
@@ -185,6 +197,15 @@ class _Batch(NamedTuple):
     return_: jax.Array
     old_value: jax.Array
     mask: jax.Array | None
+    old_dist: networks.Distribution | None = None  # [N, ...] leaves; closed-form KL only
+
+
+def _per_sample(dist: networks.Distribution) -> networks.Distribution:
+    """``dist`` with only per-sample leaves (the KL needs no ``start``; a Gaussian's
+    state-independent ``log_std [A]`` is broadcast to its mean), so minibatches can index it."""
+    if isinstance(dist, networks.DiagGaussian):
+        return dist._replace(log_std=jnp.broadcast_to(dist.log_std, dist.mean.shape))
+    return dist._replace(start=None)
 
 
 def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
@@ -283,6 +304,8 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             mask=batch.mask,
             ratio_clip=config.ratio_clip,
             ratio_clamp=config.ratio_clamp,
+            kl_penalty=(None if batch.old_dist is None
+                        else networks.kl_divergence(dist, batch.old_dist)),
         )
         return out.total, out
 
@@ -347,6 +370,10 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         obs = traj.obs
         if config.normalize_observations:
             obs = nz.normalize_obs(params["obs_stats"], obs)
+        old_dist = None
+        if config.kl_coef and config.kl_estimator == "closed_form":
+            old_dist = jax.tree.map(flat, _per_sample(net.apply(
+                params["net"], net_input(jax.tree.map(lambda x: x[:, :T], obs)), method="policy")))
         data = _Batch(
             obs=jax.tree.map(lambda x: flat(x[:, :T]), obs),
             action=flat(traj.action),
@@ -355,6 +382,7 @@ def make(config: PPOConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
             return_=flat(target),
             old_value=flat(old_value),
             mask=None if valid is None else flat(valid),
+            old_dist=old_dist,
         )
 
         def epoch(carry, key):

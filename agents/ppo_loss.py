@@ -24,7 +24,8 @@ class PPOLoss(NamedTuple):
     """Output of ``ppo_loss``; every field is a scalar.
 
     Attributes:
-      total: ``policy + vf_coef * value - ent_coef * entropy + kl_coef * approx_kl``
+      total: ``policy + vf_coef * value - ent_coef * entropy + kl_coef * KL`` (KL:
+        ``approx_kl``, or the mean of ``kl_penalty`` when given).
         (what is minimised).
       policy: clipped-surrogate loss ``-L^CLIP``.
       value: ``0.5 * mean((V - G)^2)``, with the clipped variant where configured.
@@ -69,6 +70,7 @@ def ppo_loss(
     mask: chex.Array | None = None,
     ratio_clip: str = "symmetric",
     ratio_clamp: float = 0.0,
+    kl_penalty: chex.Array | None = None,
 ) -> PPOLoss:
     """PPO clipped-surrogate loss (Schulman et al. 2017, eq. 7 and eq. 9).
 
@@ -112,6 +114,9 @@ def ppo_loss(
         (idle rows of absent agents) contribute to no mean and get no gradient.
       ratio_clip: ``symmetric`` or ``inverse`` (the clipping interval above).
       ratio_clamp: ``c``; ``0``: no clamp.
+      kl_penalty: ``[N]`` per-sample KL the penalty uses instead of the sample
+        estimator (Sample Factory's closed-form ``KL(pi || pi_old)``; see
+        ``agents.networks.kl_divergence``); ``approx_kl`` stays the estimator.
 
     Raises:
       ValueError: an unknown ``ratio_clip``.
@@ -151,7 +156,7 @@ def ppo_loss(
     mean_entropy = mean(entropy)
     total = policy_loss + vf_coef * value_loss - ent_coef * mean_entropy
     if kl_coef:
-        total = total + kl_coef * kl
+        total = total + kl_coef * (kl if kl_penalty is None else mean(kl_penalty))
     return PPOLoss(
         total=total,
         policy=policy_loss,

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents import ppo
+from agents import networks, ppo
 from tests.unit.test_ppo import HAND, HEADS, SMALL, random_traj
 
 KW = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, normalize_advantages=False)
@@ -94,3 +94,53 @@ def test_log_std_init_sets_the_gaussian_spread():
         act, _, _ = fns.act(params, obs, None, jax.random.PRNGKey(1))
         np.testing.assert_allclose(np.std(np.asarray(act - det), axis=0), math.exp(-1.0),
                                    rtol=0.05)
+
+
+def test_kl_divergence_matches_tensorflow_probability():
+    tfd = pytest.importorskip("tensorflow_probability.substrates.jax.distributions")
+    rng = np.random.default_rng(0)
+    mp, mq = rng.normal(size=(2, 5, 3)).astype(np.float32)
+    sp, sq = (rng.normal(size=(2, 3)) * 0.5).astype(np.float32)
+    ours = networks.kl_divergence(networks.DiagGaussian(mp, sp), networks.DiagGaussian(mq, sq))
+    ref = tfd.kl_divergence(tfd.MultivariateNormalDiag(mp, np.exp(sp)),
+                            tfd.MultivariateNormalDiag(mq, np.exp(sq)))
+    np.testing.assert_allclose(ours, ref, rtol=1e-5)
+    lp, lq = rng.normal(size=(2, 5, 4, 6)).astype(np.float32)
+    ours = networks.kl_divergence(networks.MultiCategorical(lp, 0), networks.MultiCategorical(lq, 0))
+    ref = tfd.kl_divergence(tfd.Categorical(logits=lp), tfd.Categorical(logits=lq)).sum(-1)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5)
+    with pytest.raises(TypeError, match="Categorical and a DiagGaussian"):
+        networks.kl_divergence(networks.Categorical(lp[0, 0]), networks.DiagGaussian(mp, sp))
+
+
+def test_closed_form_kl_penalty_replaces_the_estimator_in_the_total():
+    pen = jnp.array([0.3, 0.0, 0.6])
+    base = ppo.ppo_loss(**HAND, **KW)
+    out = ppo.ppo_loss(**HAND, **KW, kl_coef=0.5, kl_penalty=pen)
+    np.testing.assert_allclose(out.total, base.total + 0.5 * 0.3, rtol=1e-6)
+    np.testing.assert_allclose(out.approx_kl, base.approx_kl)  # the metric stays the estimator
+
+
+@pytest.mark.parametrize("head", ["box", "discrete"])
+def test_closed_form_kl_vanishes_at_the_first_step_and_pulls_later_ones(head):
+    # pi_old is the policy at the start of the update: at the first minibatch the
+    # closed-form KL and its gradient are 0, so one epoch of one minibatch equals the
+    # update without a penalty; over 2 epochs x 2 minibatches the penalty acts.
+    def learned(kl_coef, epochs_minibatches=(2, 2)):
+        e, m = epochs_minibatches
+        config = dataclasses.replace(SMALL, kl_coef=kl_coef, kl_estimator="closed_form",
+                                     shuffle_minibatches=False, num_epochs=e, num_minibatches=m)
+        fns = ppo.make(config, HEADS[head], num_updates=10)
+        state = fns.init(jax.random.PRNGKey(0))
+        return jax.jit(fns.learn)(state, random_traj(HEADS[head]), jax.random.PRNGKey(1))[0]
+
+    def max_diff(a, b):
+        return max(jax.tree.leaves(jax.tree.map(lambda x, y: float(jnp.max(jnp.abs(x - y))),
+                                                a.params["net"], b.params["net"])))
+
+    assert max_diff(learned(5.0, (1, 1)), learned(0.0, (1, 1))) < 1e-6
+    assert max_diff(learned(5.0), learned(0.0)) > 1e-4
+    with pytest.raises(ValueError, match="kl_estimator='exact'"):
+        ppo.PPOConfig(kl_estimator="exact").validate()
+    with pytest.raises(ValueError, match="needs ppo.network='mlp'"):
+        ppo.PPOConfig(kl_estimator="closed_form", network="entity_lstm").validate()
