@@ -84,8 +84,10 @@ def check_env_name(env_id: str) -> None:
         raise ValueError(f"unknown environment {env_id!r}{extra}")
 
 
-def make_actor_env(env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None) -> Any:
-    """Build the group of ``num_envs`` environments that one actor ring slot steps."""
+def make_actor_env(env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None,
+                   clip_actions: bool = True) -> Any:
+    """Build the group of ``num_envs`` environments that one actor ring slot steps
+    (``clip_actions``: Gymnasium ``Box`` actions, see ``GymVectorEnv``)."""
     check_env_name(env_id)
     factory = multi_agent_factory(env_id)
     if factory is not None:
@@ -93,7 +95,7 @@ def make_actor_env(env_id: str, num_envs: int, seed: int, env_kwargs: dict | Non
     if atari.is_atari(env_id):
         return GymVectorEnv(env_id, num_envs, seed, env_fn=atari.env_fn(env_id, env_kwargs),
                             episodes_from_info=True)
-    return GymVectorEnv(gym_id(env_id), num_envs, seed, env_kwargs)
+    return GymVectorEnv(gym_id(env_id), num_envs, seed, env_kwargs, clip_actions=clip_actions)
 
 
 def make_env(env_id: str, env_kwargs: dict | None = None, render_mode: str | None = None) -> Any:

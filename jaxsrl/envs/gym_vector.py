@@ -99,11 +99,13 @@ class GymVectorEnv:
         clipping or episodic-life wrapper), not from the summed rewards of each
         ``terminated``/``truncated`` row: the reported return is then the raw score of
         the whole game even when training sees clipped rewards and per-life episodes.
+      clip_actions: clip ``Box`` actions to the space's bounds (else they reach the
+        environment as sampled).
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None,
                  env_fn: Callable[[], gymnasium.Env] | None = None,
-                 episodes_from_info: bool = False):
+                 episodes_from_info: bool = False, clip_actions: bool = True):
         make = env_fn or (lambda: gymnasium.make(env_id, disable_env_checker=True,
                                                  **(env_kwargs or {})))
         self.envs = [make() for _ in range(num_envs)]
@@ -115,7 +117,7 @@ class GymVectorEnv:
         self._seed = seed
         self._returns = np.zeros(num_envs, np.float64)
         self._lengths = np.zeros(num_envs, np.int64)
-        if isinstance(self.action_space, gymnasium.spaces.Box):
+        if clip_actions and isinstance(self.action_space, gymnasium.spaces.Box):
             self._low, self._high = self.action_space.low, self.action_space.high
         else:
             self._low = None
@@ -130,8 +132,9 @@ class GymVectorEnv:
     def step(self, action: np.ndarray) -> StepResult:
         """Step every environment with ``action`` (``[rows, ...]``, the wire dtype).
 
-        ``Box`` actions are clipped to the space's bounds here (the policy's Gaussian
-        is unbounded; the learner sees the unclipped action).
+        ``Box`` actions are clipped to the space's bounds here unless ``clip_actions``
+        was False (the policy's Gaussian is unbounded; the learner sees the unclipped
+        action).
         """
         if self._low is not None:
             action = np.clip(action, self._low, self._high)

@@ -149,6 +149,13 @@ class RunConfig:
     """--launcher=ray: CPUs the accelerator process (learner + inference) asks Ray for."""
     learner_gpus: float = 0.0
     """--launcher=ray: GPUs the accelerator process asks Ray for (0: runs on CPU)."""
+    clip_actions: bool = True
+    """Gymnasium ``Box`` actions are clipped to the action space's bounds before the
+    environment steps (CleanRL's ``ClipAction``; the learner still sees the sampled
+    action). ``--no_clip_actions`` passes the Gaussian's sample as it is, as Sample
+    Factory does: MuJoCo then clamps the control itself while the environment's
+    control cost (HalfCheetah: ``0.1 * sum(a^2)``) sees the raw action, so an
+    out-of-range mean is penalised instead of free. Training and evaluation alike."""
     env_kwargs: Annotated[Optional[dict], tyro.conf.Suppress] = None
     """Keyword arguments for the environment constructor (``[env_kwargs]`` of the TOML
     files, then ``--env_kwargs.KEY=VALUE`` flags)."""

@@ -335,6 +335,7 @@ def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | 
             if os.path.exists(error_file):
                 os.remove(error_file)
             spec = {"actor_id": idx, "env": cfg.env, "env_kwargs": cfg.env_kwargs or {},
+                    "clip_actions": cfg.clip_actions,
                     "envs_per_group": envs_of(cfg, a) // cfg.ring_size, "ring_size": cfg.ring_size,
                     "segment_length": cfg.segment_length, "seed": run.seed_base,
                     "streams": streams, "carry_spec": carry_spec,

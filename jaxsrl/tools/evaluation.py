@@ -125,9 +125,11 @@ class _Policy:
         return np.asarray(action)
 
 
-def _to_env_action(action: np.ndarray, space: gymnasium.spaces.Space) -> Any:
+def _to_env_action(action: np.ndarray, space: gymnasium.spaces.Space, clip: bool = True) -> Any:
     if isinstance(space, gymnasium.spaces.Discrete):
         return int(action)
+    if isinstance(space, gymnasium.spaces.Box) and not clip:  # as trained (--no_clip_actions)
+        return np.asarray(action, space.dtype)
     if isinstance(space, gymnasium.spaces.Box):  # unsquashed Gaussian: clip to bounds
         return np.clip(action, space.low, space.high).astype(space.dtype)
     return action
@@ -170,9 +172,9 @@ def evaluate(run: LoadedRun, episodes: int = 10, deterministic: bool = True, see
                 ep, ep_frames, rng = _multi_agent_episode(env, run, policies, seed + i, rng,
                                                           record, video_every, max_steps)
             else:
-                ep, ep_frames, rng = _single_agent_episode(env, policies[run.policy_for(None)],
-                                                           seed + i, rng, record, video_every,
-                                                           max_steps)
+                ep, ep_frames, rng = _single_agent_episode(
+                    env, policies[run.policy_for(None)], seed + i, rng, record, video_every,
+                    max_steps, clip=bool(run.config.get("clip_actions", True)))
             results.append(ep)
             if record:
                 frames = ep_frames
@@ -192,7 +194,7 @@ def _render_fps(env: Any) -> float:
 
 
 def _single_agent_episode(env, policy: _Policy, seed: int, rng, record: bool, every: int,
-                          max_steps: int | None):
+                          max_steps: int | None, clip: bool = True):
     obs, _ = env.reset(seed=seed)
     policy.reset(1)
     frames = [env.render()] if record else []
@@ -200,7 +202,8 @@ def _single_agent_episode(env, policy: _Policy, seed: int, rng, record: bool, ev
     while True:
         rng, key = jax.random.split(rng)
         action = policy(_stack([obs]), key)[0]
-        obs, reward, terminated, truncated, _ = env.step(_to_env_action(action, env.action_space))
+        obs, reward, terminated, truncated, _ = env.step(
+            _to_env_action(action, env.action_space, clip))
         total += float(reward)
         length += 1
         done = terminated or truncated or (max_steps is not None and length >= max_steps)

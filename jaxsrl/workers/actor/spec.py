@@ -98,6 +98,7 @@ class ActorSpec:
         (the actor's keypair comes from its environment); ``None``: no CURVE.
       opponents: self-play opponent pools (``{"p_latest": float}``,
         ``jaxsrl/workers/actor/opponents.py``), or ``None``.
+      clip_actions: clip ``Box`` actions to the space's bounds (``--clip_actions``).
     """
 
     actor_id: int
@@ -119,6 +120,7 @@ class ActorSpec:
     error_file: str | None = None
     curve_server_key: str | None = None
     opponents: dict | None = None
+    clip_actions: bool = True
 
     def __post_init__(self):
         if self.startup_timeout_s is None:

@@ -137,7 +137,7 @@ class Actor(Worker):
         for g in range(spec.ring_size):
             seed = spec.seed + 10_000 * self.actor_id + n * g
             try:
-                env = make_actor_env(spec.env, n, seed, spec.env_kwargs)
+                env = make_actor_env(spec.env, n, seed, spec.env_kwargs, spec.clip_actions)
             except Exception as exc:
                 raise EnvError(f"environment construction raised {type(exc).__name__}: {exc}") from exc
             if g == 0:
