@@ -84,6 +84,8 @@ class Manipulation:
         self._agent_bodies = index.body[:a]
         self._obj_bodies = index.body[a : a + o]
         self._obj_joints = [model.body_jntadr[bd] + np.arange(DOFS_PER_BODY) for bd in self._obj_bodies]
+        self._no_objects = o == 0
+        self._rows = np.arange(a)
 
     @property
     def lock_team(self) -> np.ndarray:
@@ -110,19 +112,35 @@ class Manipulation:
           lock: ``[A]`` bool lock actions (already False for frozen agents).
           seen_objects: ``[A, O]`` bool, objects visible in each agent's last observation.
         """
-        if self._idx.n_objects == 0:
+        if self._no_objects:
             return
         nz = np.count_nonzero  # much cheaper than .any() on these few-element arrays
         pressing_lock, locked_any = nz(lock) > 0, nz(self.locked) > 0
         pressing_grab, holding = nz(grab) > 0, nz(self.held >= 0) > 0
         if not (pressing_lock or locked_any or pressing_grab or holding):
             return  # nothing to decide: no lock or grab pressed, none held
-        dist = self.distances()
-        usable = seen_objects & (dist <= self._reach)  # [A, O]
-        if pressing_lock or locked_any:
-            self._lock(lock, usable & self._lockable[None, :])
-        if pressing_grab or holding:
-            self._grab(grab, usable, dist)
+        if nz(seen_objects):
+            dist = self.distances()
+            usable = seen_objects & (dist <= self._reach)  # [A, O]
+            any_usable = nz(usable) > 0
+        else:  # nothing seen: nothing usable, no distance needed
+            dist = usable = None
+            any_usable = False
+        if any_usable:
+            if pressing_lock or locked_any:
+                self._lock(lock, usable & self._lockable[None, :])
+            if pressing_grab or holding:
+                self._grab(grab, usable, dist)
+        elif holding:  # nothing in reach and view: every holder lets go; locks stay as they are
+            self._drop_all()
+
+    def _drop_all(self) -> None:
+        """Equivalent to ``_grab`` with nothing usable: every target is -1."""
+        d, idx = self._d, self._idx
+        for i in np.flatnonzero(self.held >= 0):
+            i = int(i)
+            d.eq_active[idx.grab_eq(i, int(self.held[i]))] = 0
+            self.held[i] = -1
 
     def _lock(self, lock: np.ndarray, usable: np.ndarray) -> None:
         d, m = self._d, self._m
@@ -148,7 +166,10 @@ class Manipulation:
     def _grab(self, grab: np.ndarray, usable: np.ndarray, dist: np.ndarray) -> None:
         idx, d, m = self._idx, self._d, self._m
         valid = usable & grab[:, None]
-        target = np.where(valid.any(axis=1), np.argmin(np.where(valid, dist, np.inf), axis=1), -1)
+        # closest valid object, -1 where none: argmin over inf-padded distances picks a
+        # valid column whenever the row has one, and column 0 (invalid) otherwise
+        target = np.where(valid, dist, np.inf).argmin(axis=1)
+        target[~valid[self._rows, target]] = -1
         for i in np.flatnonzero(target != self.held):
             i = int(i)
             if self.held[i] >= 0:

@@ -71,37 +71,48 @@ class Vision:
         self._not_eye = ~self._eye
         self._flat_rays = [self._vec[i].reshape(-1) for i in range(a)]  # views
         self._eye_bodies = [int(b) for b in index.body[:a]]
-        self._eye_idx = np.asarray(index.body[:a], np.intp)
+        eye_ids = np.asarray(index.body[:a], np.intp)
+        contiguous = a > 0 and np.array_equal(eye_ids, eye_ids[0] + np.arange(a))
+        self._eye_sl = slice(int(eye_ids[0]), int(eye_ids[0]) + a) if contiguous else eye_ids
+        self._yaw_sl = slice(3, 4 * a, 4)
+        self._n, self._nray = n, n + cfg.n_lidar
+        self._los = self._vec[:, :n]  # [A, N, 3] line-of-sight part (a view)
+        self._sq = np.empty((a, n, 3))
+        self._planar2 = np.empty((a, n))
+        self._dist = np.empty((a, n))
+        self._target_body = self._target_body.astype(np.int64)
 
-    def sense(self, data: mujoco.MjData) -> tuple[np.ndarray, np.ndarray]:
-        idx, m = self._idx, self._model
-        a, n, nl = idx.n_agents, idx.n_agents + idx.n_objects, self._n_lidar
-        eyes = data.xpos[self._eye_idx]  # [A, 3] agent centres
+    def sense(self, data: mujoco.MjData, lidar: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``lidar``: optional ``[A, n_lidar]`` float32 array to write the ranges into
+        (returned); a new one otherwise."""
+        n = self._n
+        eyes = data.xpos[self._eye_sl]  # [A, 3] agent centres (a view: bodies 1..A)
         targets = data.geom_xpos[self._target_geom]  # [N, 3]
-        yaw = data.qpos[3 : 4 * a : 4] + self._facing  # [A] direction of each agent's front
-        cos, sin = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
+        yaw = data.qpos[self._yaw_sl] + self._facing  # [A] direction of each agent's front
 
-        rays = self._vec
-        vec = rays[:, :n]  # [A, N, 3] view
+        vec = self._los  # [A, N, 3] view of the ray bundle
         np.subtract(targets[None, :, :], eyes[:, None, :], out=vec)
         vec[self._diag] = (1.0, 0.0, 0.0)  # self: any unit vector, masked below
-        sq = vec * vec
-        planar2 = sq[..., 0] + sq[..., 1]  # [A, N]
-        dist = np.sqrt(planar2 + sq[..., 2])  # [A, N]
-        dot = vec[..., 0] * cos + vec[..., 1] * sin  # [A, N] planar projection on the front
+        sq = np.multiply(vec, vec, out=self._sq)
+        planar2 = np.add(sq[..., 0], sq[..., 1], out=self._planar2)  # [A, N]
+        dist = np.sqrt(planar2 + sq[..., 2], out=self._dist)  # [A, N]
+        dot = vec[..., 0] * np.cos(yaw)[:, None]  # [A, N] planar projection on the front
+        dot += vec[..., 1] * np.sin(yaw)[:, None]
         in_cone = dot >= self._cos_half * np.sqrt(planar2) - 1e-9
         vec /= dist[..., None]
 
-        ids, hit, groups = self._ids, self._hit, self._groups
-        multi_ray = mujoco.mj_multiRay
-        flat = self._flat_rays
-        for i, body in enumerate(self._eye_bodies):
-            multi_ray(m, data, eyes[i], flat[i], groups, 1, body, ids[i], hit[i], None, n + nl, 1e6)
+        ids, hit, groups, m = self._ids, self._hit, self._groups, self._model
+        multi_ray, nray = mujoco.mj_multiRay, self._nray
+        for eye, flat, body, ids_i, hit_i in zip(eyes, self._flat_rays, self._eye_bodies, ids, hit):
+            multi_ray(m, data, eye, flat, groups, 1, body, ids_i, hit_i, None, nray, 1e6)
         los_ids, los_hit = ids[:, :n], hit[:, :n]
-        hit_body = self._body_of[los_ids]  # [A, N], -1 where nothing was hit
-        clear = (los_ids < 0) | (los_hit >= dist - 1e-6) | (hit_body == self._target_body[None, :])
-        visible = in_cone & clear & self._not_eye
-        lid_ids, lid_hit = ids[:, n:], hit[:, n:]
-        rng = self._lidar_range
-        lidar = np.where(lid_ids < 0, rng, lid_hit).astype(np.float32)  # not capped, as released
-        return visible, lidar
+        clear = los_hit >= dist - 1e-6
+        clear |= self._body_of[los_ids] == self._target_body  # the first hit is the target's body
+        clear |= los_ids < 0  # nothing hit
+        clear &= in_cone
+        clear &= self._not_eye
+        if lidar is None:
+            lidar = np.empty((len(ids), self._n_lidar), np.float32)
+        lidar[...] = hit[:, n:]  # not capped, as released
+        np.copyto(lidar, self._lidar_range, where=ids[:, n:] < 0)
+        return clear, lidar
