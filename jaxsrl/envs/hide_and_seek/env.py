@@ -169,7 +169,7 @@ class HideAndSeekEnv(ParallelEnv):
             if self._penalize_objects and np.count_nonzero(outside[a:]):
                 rew[:] = -cfg.boundary_penalty
             rew[out] = -cfg.boundary_penalty
-        self._stats.record(q, m, any_seen, in_prep, team_r, np.count_nonzero(out))
+        self._stats.record(q, m.lock_team_now, m.held, self._team, any_seen, in_prep, team_r, np.count_nonzero(out))
 
         done = self._t >= cfg.horizon
         next_in_prep = self._t < self._prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)

@@ -55,23 +55,24 @@ class EpisodeStats:
         part = lock_team[lo:hi]
         return float(np.sum(part == HIDER)), float(np.sum(part == SEEKER))
 
-    def record(self, qpos, manip, any_hider_seen: bool, in_prep: bool, hider_team_reward: float, n_out: int) -> None:
+    def record(
+        self, qpos, lock_team, held, team, any_hider_seen: bool, in_prep: bool, hider_team_reward: float, n_out: int
+    ) -> None:
         """Called after every env step (``in_prep``: the step belonged to the preparation phase;
-        ``qpos`` ``[M, 4]`` after it; ``manip``: the episode's ``Manipulation``, read for
-        ``held``, ``team`` and, at the "prep" snapshot, ``lock_team``)."""
+        ``qpos`` ``[M, 4]`` after it). ``lock_team``: ``[O]`` array, or a function returning
+        it (called only at the "prep" snapshot step, the one step that reads it)."""
         self._steps += 1
         if not in_prep:
             self._post_prep += 1
             self._seen += int(any_hider_seen)
         self._team_return += hider_team_reward
-        held = manip.held
         if self._held_steps is None:
-            self._held_steps, self._team = np.zeros(len(held), np.int64), manip.team
+            self._held_steps, self._team = np.zeros(len(held), np.int64), team
         self._held_steps += held >= 0  # [A] steps each agent held something
         self._out += n_out
         if self._steps == self._snapshot_step:
             self._prep_move = self._move(qpos)
-            self._prep_locks = manip.lock_team.copy()
+            self._prep_locks = np.array(lock_team() if callable(lock_team) else lock_team)
 
     def summary(self, qpos: np.ndarray, lock_team: np.ndarray, lock_events: np.ndarray) -> dict[str, float]:
         idx = self._idx
