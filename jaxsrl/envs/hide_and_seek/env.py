@@ -152,7 +152,7 @@ class HideAndSeekEnv(ParallelEnv):
             grab[nh:] = False
             lock[nh:] = False
         m = self._manip
-        m.apply(grab, lock, self._visible[:, a:])
+        m.apply(grab, lock, self._visible[:, a:], self._vision.centre_dist[:, a:])
         physics_ok = self._guard.step(cfg.n_substeps)
         mujoco.mj_kinematics(self._model, self._data)
         self._t += 1

@@ -88,6 +88,14 @@ class Manipulation:
         ) / 2  # [O, 3]
         # Ramp bodies sit at the wedge's base: the cuboid centre is half its height above.
         self._centre_dz = np.concatenate([np.zeros(b), np.full(index.n_ramps, cfg.ramp_size[2] / 2)])
+        # Bound for skipping: the cuboid surface is at least |p - geom centre| - |geom centre
+        # - cuboid centre| - |half diagonal| from a point p (triangle inequality); the geom
+        # centre sits at geom_pos in the body frame, the cuboid centre _centre_dz above the
+        # body origin. 1e-6 m covers rounding.
+        geom_off = np.linalg.norm(model.geom_pos[index.geom[a : a + o]], axis=1) if o else np.zeros(0)
+        self.near_radius = self._reach + np.linalg.norm(self._half, axis=1) + geom_off + self._centre_dz + 1e-6
+        """``[O]`` (m): an object whose geom centre is farther than this from an agent's centre
+        is out of its reach."""
         self._lockable = np.concatenate([np.ones(b, bool), np.full(index.n_ramps, bool(cfg.lock_ramp))])
         self._agent_bodies = index.body[:a]
         self._obj_bodies = index.body[a : a + o]
@@ -120,13 +128,19 @@ class Manipulation:
         gap = np.maximum(np.abs(local) - self._half, 0.0)  # [A, O, 3] outside the cuboid
         return np.sqrt(np.einsum("aoj,aoj->ao", gap, gap))
 
-    def apply(self, grab: np.ndarray, lock: np.ndarray, seen_objects: np.ndarray) -> None:
+    def apply(
+        self, grab: np.ndarray, lock: np.ndarray, seen_objects: np.ndarray, centre_dist: np.ndarray | None = None
+    ) -> None:
         """Update grab welds and lock limits before the physics step.
 
         Args:
           grab: ``[A]`` bool grab actions (already False for frozen agents).
           lock: ``[A]`` bool lock actions (already False for frozen agents).
           seen_objects: ``[A, O]`` bool, objects visible in each agent's last observation.
+          centre_dist: optional ``[A, O]`` distances (m) from each agent's centre to each
+            object's geom centre at the current kinematics (vision computes them). Where
+            every seen object is farther than reach + the object's bounding radius
+            (``near_radius``), none is in reach and the exact distances are skipped.
         """
         if self._no_objects:
             return
@@ -135,7 +149,7 @@ class Manipulation:
         pressing_grab, holding = nz(grab) > 0, nz(self.held >= 0) > 0
         if not (pressing_lock or locked_any or pressing_grab or holding):
             return  # nothing to decide: no lock or grab pressed, none held
-        if nz(seen_objects):
+        if nz(seen_objects) and (centre_dist is None or nz(seen_objects & (centre_dist <= self.near_radius))):
             dist = self.distances()
             usable = seen_objects & (dist <= self._reach)  # [A, O]
             any_usable = nz(usable) > 0

@@ -80,6 +80,9 @@ class Vision:
         self._sq = np.empty((a, n, 3))
         self._planar2 = np.empty((a, n))
         self._dist = np.empty((a, n))
+        self.centre_dist = self._dist
+        """``[A, N]`` distances (m) from each agent's centre to each target's centre (agents,
+        boxes, ramps) at the last ``sense``; 1 on the diagonal. Overwritten by the next."""
         self._target_body = self._target_body.astype(np.int64)
 
     def sense(self, data: mujoco.MjData, lidar: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
