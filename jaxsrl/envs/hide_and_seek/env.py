@@ -152,14 +152,14 @@ class HideAndSeekEnv(ParallelEnv):
             grab[nh:] = False
             lock[nh:] = False
         m = self._manip
-        m.apply(grab, lock, self._visible[:, a:], self._vision.centre_dist[:, a:])
+        m.apply(grab, lock, self._seen[:, a - 1 :], self._vision.centre_dist[:, a - 1 :])
         physics_ok = self._guard.step(cfg.n_substeps)
         mujoco.mj_kinematics(self._model, self._data)
         self._t += 1
 
         obs = self._observe()
         q = self._qpos
-        any_seen = np.count_nonzero(self._visible[nh:, :nh]) > 0
+        any_seen = np.count_nonzero(self._seen[nh:, :nh]) > 0  # a seeker's first nh columns: the hiders
         team_r = 0.0 if in_prep else (-1.0 if any_seen else 1.0)
         rew = self._sign * team_r  # +team_r for hiders, -team_r for seekers
         beyond = np.abs(q[:, :2]) > self._half_bounds  # [M, 2] every body
@@ -199,7 +199,7 @@ class HideAndSeekEnv(ParallelEnv):
         from jaxsrl.envs.hide_and_seek.render import render_topdown  # noqa: PLC0415  (PIL: rendering only)
 
         return render_topdown(
-            self.config, self.layout, self._qpos, self._visible, self._manip.lock_team, self._manip.held,
+            self.config, self.layout, self._qpos, self._vision.full(self._seen), self._manip.lock_team, self._manip.held,
             self._idx.n_hiders, step=self._t, in_prep=self._t < self.config.prep_steps,
         )
 
@@ -237,7 +237,7 @@ class HideAndSeekEnv(ParallelEnv):
         self.agents = [f"hider_{i}" for i in range(idx.n_hiders)] + [f"seeker_{i}" for i in range(idx.n_seekers)]
         self._t = 0
         self._stats = EpisodeStats(idx, cfg.prep_steps, q)
-        self._visible = np.zeros((idx.n_agents, idx.n_agents + idx.n_objects), bool)
+        self._seen = np.zeros((idx.n_agents, idx.n_agents - 1 + idx.n_objects), bool)  # see Vision
         # cached per episode: what a step cannot change
         self._acts = np.empty((idx.n_agents, 5), np.int64)
         self._ctrl = data.ctrl.reshape(idx.n_agents, 3)  # a view (3 motors per agent, agent order)
@@ -249,8 +249,8 @@ class HideAndSeekEnv(ParallelEnv):
     def _observe(self) -> dict[str, dict[str, np.ndarray]]:
         builder, m = self._builder, self._manip
         batch = builder.new(self._t)
-        self._visible, lidar = self._vision.sense(self._data, batch["lidar"])
-        builder.build(self._qpos, self._qvel, self._visible, lidar, m.locked, m.which_locked, m.held, self._t,
+        self._seen, lidar = self._vision.sense(self._data, batch["lidar"])
+        builder.build(self._qpos, self._qvel, self._seen, lidar, m.locked, m.which_locked, m.held, self._t,
                       out=batch)
         per_key = [list(v) for v in batch.values()]  # [K][A] per-agent views
         keys = self._obs_keys

@@ -138,10 +138,11 @@ class ObservationBuilder:
             self._prep_in_template = prep
         return {k: t.copy() for k, t in self._template.items()}
 
-    def build(self, qpos, qvel, visible, lidar, locked, which_locked, held, step: int,
+    def build(self, qpos, qvel, seen, lidar, locked, which_locked, held, step: int,
               out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Args: ``qpos``/``qvel`` ``[M, 4]`` (x, y, z, yaw) and velocities of the movable
-        bodies, ``visible`` ``[A, A + O]`` bool, ``lidar`` ``[A, L]`` (not copied if it is
+        bodies, ``seen`` ``[A, A - 1 + O]`` bool (row ``i``: the other agents in agent order,
+        then the objects; ``Vision``), ``lidar`` ``[A, L]`` (not copied if it is
         already ``out["lidar"]``), ``locked`` ``[O]`` bool, ``which_locked`` ``[O]`` agent
         index, ``held`` ``[A]``, ``step`` env steps taken, ``out`` arrays from ``new(step)``
         to fill (default: new ones)."""
@@ -167,7 +168,7 @@ class ObservationBuilder:
             if extra:
                 ag[:, :, 10:12] = qpos[oth, :2] - xy[:, None, :]
                 ag[:, :, 12], ag[:, :, 13] = np.sin(qpos[oth, 3]), np.cos(qpos[oth, 3])
-            out["agents_mask"][:, : a - 1] = visible[self._rows, oth]
+            out["agents_mask"][:, : a - 1] = seen[:, : a - 1]
         if lidar is not out["lidar"]:
             out["lidar"][:] = lidar
         if not o:
@@ -183,7 +184,7 @@ class ObservationBuilder:
         if extra:
             mine = held[:, None] == self._obj_range[None, :]  # [A, O]
             other = (mine.sum(axis=0)[None, :] - mine) > 0
-        vis_obj = visible[:, a:]
+        vis_obj = seen[:, a - 1 :]
         for key, lo, n, lock_cols in (("boxes", 0, b, True), ("ramps", b, r, cfg.lock_ramp)):
             if not n:
                 continue
