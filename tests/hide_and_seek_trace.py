@@ -8,11 +8,12 @@ and the lidar of the first agent exactly, rewards, truncations, ``in_prep_phase`
 ``digest(arrays)`` is a SHA-256 of the exact bytes (equal only on the same platform).
 
 The reference fixture ``tests/data/hide_and_seek_reference.npz`` was recorded with the
-code before issue 19's speed work (commit 9bf0c7a), run against that tree::
+code before issue 19's speed work (commit 9bf0c7a), this file run against a checkout of
+that commit (``OLD``) from this one (``NEW``)::
 
-    PYTHONPATH=/work/main python tests/hide_and_seek_trace.py tests/data/hide_and_seek_reference.npz
+    cd $OLD && PYTHONPATH=$OLD python $NEW/tests/hide_and_seek_trace.py $NEW/tests/data/hide_and_seek_reference.npz
 
-so the file must import nothing but the env's public API.
+so the file must use nothing but the env's public API.
 """
 
 from __future__ import annotations
