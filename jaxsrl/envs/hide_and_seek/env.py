@@ -244,7 +244,6 @@ class HideAndSeekEnv(ParallelEnv):
         self._sign = np.where(self._team == HIDER, 1.0, -1.0)
         self._half_bounds = cfg.bounds_size / 2
         self._penalize_objects = cfg.penalize_objects_out
-        self._obs_keys = list(observation_shapes(cfg))
 
     def _observe(self) -> dict[str, dict[str, np.ndarray]]:
         builder, m = self._builder, self._manip
@@ -252,9 +251,8 @@ class HideAndSeekEnv(ParallelEnv):
         self._seen, lidar = self._vision.sense(self._data, batch["lidar"])
         builder.build(self._qpos, self._qvel, self._seen, lidar, m.locked, m.which_locked, m.held, self._t,
                       out=batch)
-        per_key = [list(v) for v in batch.values()]  # [K][A] per-agent views
-        keys = self._obs_keys
-        return {name: dict(zip(keys, row)) for name, row in zip(self.agents, zip(*per_key))}
+        items = list(batch.items())
+        return {name: {k: v[i] for k, v in items} for i, name in enumerate(self.agents)}
 
 
 def make_env(variant: str = "quadrant", render_mode: str | None = None, **overrides: Any) -> HideAndSeekEnv:
