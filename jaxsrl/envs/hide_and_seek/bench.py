@@ -40,7 +40,14 @@ def env_steps_per_second(variant: str, steps: int, seed: int = 0) -> float:
 def physics_steps_per_second(variant: str, steps: int, seed: int = 0) -> float:
     """Bare ``mj_step`` x n_substeps per second, random controls, on the same sequence
     of scenes as ``env_steps_per_second`` (a new layout every ``horizon`` steps; only
-    the physics is timed)."""
+    the physics is timed).
+
+    Same model, substeps and sleeping as the env. Not included (the env pays them):
+    resets (layout, MJCF compile, ``MjData``), the physics guard (``mj_getState`` and
+    the velocity check) and the ``mj_kinematics`` after each step. Also different: the
+    controls are uniform in [-0.9, 0.9] for every motor at every step (the env: 11 bins,
+    seekers frozen in the preparation phase) and nothing is grabbed or locked (no weld
+    or joint-limit constraints)."""
     env = make_env(variant)
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)

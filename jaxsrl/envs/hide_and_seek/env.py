@@ -134,39 +134,42 @@ class HideAndSeekEnv(ParallelEnv):
         agents do nothing. Returns ``(obs, rewards, terminations, truncations, infos)``."""
         if not self.agents:
             raise RuntimeError("episode is over: call reset()")
-        cfg, idx, d = self.config, self._idx, self._data
-        a = idx.n_agents
-        acts = np.empty((a, 5), np.int64)
+        cfg, idx = self.config, self._idx
+        a, nh = idx.n_agents, idx.n_hiders
+        acts = self._acts  # [A, 5], overwritten every step
+        noop = self._noop
         for i, name in enumerate(self.agents):
             act = actions.get(name)
-            acts[i] = self._noop if act is None else act
+            acts[i] = noop if act is None else act
         bins = np.minimum(np.maximum(acts[:, :3], 0), cfg.n_action_bins - 1)
-        ctrl = bins * self._bin_scale - cfg.action_max  # [A, 3] in motor units
+        ctrl = self._ctrl  # [A, 3] view of data.ctrl, in motor units
+        np.multiply(bins, self._bin_scale, out=ctrl)
+        ctrl -= cfg.action_max
         grab, lock = acts[:, 3] > 0, acts[:, 4] > 0
         in_prep = self._t < self._prep_steps
         if in_prep:  # seekers are frozen: no motion, no grab, no lock
-            ctrl[idx.n_hiders :] = 0.0
-            grab[idx.n_hiders :] = False
-            lock[idx.n_hiders :] = False
-        d.ctrl[:] = ctrl.ravel()
-        self._manip.apply(grab, lock, self._visible[:, a:])
+            ctrl[nh:] = 0.0
+            grab[nh:] = False
+            lock[nh:] = False
+        m = self._manip
+        m.apply(grab, lock, self._seen[:, a - 1 :], self._vision.centre_dist[:, a - 1 :])
         physics_ok = self._guard.step(cfg.n_substeps)
-        mujoco.mj_kinematics(self._model, d)
+        mujoco.mj_kinematics(self._model, self._data)
         self._t += 1
 
         obs = self._observe()
         q = self._qpos
-        any_seen = np.count_nonzero(self._visible[idx.n_hiders :, : idx.n_hiders]) > 0
+        any_seen = np.count_nonzero(self._seen[nh:, :nh]) > 0  # a seeker's first nh columns: the hiders
         team_r = 0.0 if in_prep else (-1.0 if any_seen else 1.0)
-        rew = np.where(self._team == HIDER, team_r, -team_r)
-        outside = (np.abs(q[:, :2]) > cfg.bounds_size / 2).any(axis=1)  # [M] every body
+        rew = self._sign * team_r  # +team_r for hiders, -team_r for seekers
+        beyond = np.abs(q[:, :2]) > self._half_bounds  # [M, 2] every body
+        outside = beyond[:, 0] | beyond[:, 1]  # [M]
         out = outside[:a]  # [A]
         if not in_prep:  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
-            if cfg.penalize_objects_out and np.count_nonzero(outside[a:]):
+            if self._penalize_objects and np.count_nonzero(outside[a:]):
                 rew[:] = -cfg.boundary_penalty
             rew[out] = -cfg.boundary_penalty
-        m = self._manip
-        self._stats.record(q, m.lock_team, m.held, self._team, any_seen, in_prep, team_r, int(out.sum()))
+        self._stats.record(q, m.lock_team_now, m.held, self._team, any_seen, in_prep, team_r, np.count_nonzero(out))
 
         done = self._t >= cfg.horizon
         next_in_prep = self._t < self._prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
@@ -174,7 +177,7 @@ class HideAndSeekEnv(ParallelEnv):
         if not physics_ok:  # the solver failed twice: end here, marked for discard (guard.py)
             rew[:] = 0.0
             done = True
-        rewards = {n: float(rew[i]) for i, n in enumerate(agents)}
+        rewards = dict(zip(agents, rew.tolist()))
         terms = dict.fromkeys(agents, False)
         truncs = dict.fromkeys(agents, done)
         if done:
@@ -196,7 +199,7 @@ class HideAndSeekEnv(ParallelEnv):
         from jaxsrl.envs.hide_and_seek.render import render_topdown  # noqa: PLC0415  (PIL: rendering only)
 
         return render_topdown(
-            self.config, self.layout, self._qpos, self._visible, self._manip.lock_team, self._manip.held,
+            self.config, self.layout, self._qpos, self._vision.full(self._seen), self._manip.lock_team, self._manip.held,
             self._idx.n_hiders, step=self._t, in_prep=self._t < self.config.prep_steps,
         )
 
@@ -234,14 +237,20 @@ class HideAndSeekEnv(ParallelEnv):
         self.agents = [f"hider_{i}" for i in range(idx.n_hiders)] + [f"seeker_{i}" for i in range(idx.n_seekers)]
         self._t = 0
         self._stats = EpisodeStats(idx, cfg.prep_steps, q)
-        self._visible = np.zeros((idx.n_agents, idx.n_agents + idx.n_objects), bool)
+        self._seen = np.zeros((idx.n_agents, idx.n_agents - 1 + idx.n_objects), bool)  # see Vision
+        # cached per episode: what a step cannot change
+        self._acts = np.empty((idx.n_agents, 5), np.int64)
+        self._ctrl = data.ctrl.reshape(idx.n_agents, 3)  # a view (3 motors per agent, agent order)
+        self._sign = np.where(self._team == HIDER, 1.0, -1.0)
+        self._half_bounds = cfg.bounds_size / 2
+        self._penalize_objects = cfg.penalize_objects_out
 
     def _observe(self) -> dict[str, dict[str, np.ndarray]]:
-        self._visible, lidar = self._vision.sense(self._data)
-        m = self._manip
-        batch = self._builder.build(
-            self._qpos, self._qvel, self._visible, lidar, m.locked, m.which_locked, m.held, self._t
-        )
+        builder, m = self._builder, self._manip
+        batch = builder.new(self._t)
+        self._seen, lidar = self._vision.sense(self._data, batch["lidar"])
+        builder.build(self._qpos, self._qvel, self._seen, lidar, m.locked, m.which_locked, m.held, self._t,
+                      out=batch)
         items = list(batch.items())
         return {name: {k: v[i] for k, v in items} for i, name in enumerate(self.agents)}
 

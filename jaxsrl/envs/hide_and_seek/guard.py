@@ -37,14 +37,17 @@ class GuardedStep:
             raise ValueError(f"blowup_speed must be > 0, got {limit!r}")
         self._m, self._d, self._limit = model, data, float(limit)
         self._state = np.empty(mujoco.mj_stateSize(model, _SPEC))
+        self._qvel = data.qvel  # a view of the data's velocities
+        self._speed = np.empty_like(self._qvel)
+        self._dt = model.opt.timestep
         self.retries = 0
 
     def _run(self, nstep: int) -> bool:
         d = self._d
-        end = d.time + nstep * self._m.opt.timestep
+        end = d.time + nstep * self._dt
         mujoco.mj_step(self._m, d, nstep=nstep)
         # NaN fails the comparison; an auto-reset (bad qpos/qvel/qacc) restarts the clock
-        return bool(np.abs(d.qvel).max() < self._limit) and abs(d.time - end) < 1e-6
+        return bool(np.abs(self._qvel, out=self._speed).max() < self._limit) and abs(d.time - end) < 1e-6
 
     def step(self, nstep: int) -> bool:
         """Advance ``nstep`` substeps; False if the physics failed twice (state restored)."""

@@ -47,6 +47,14 @@ def _relpose(data: mujoco.MjData, b1: int, b2: int) -> np.ndarray:
     return out
 
 
+def _as_slice(ids: np.ndarray) -> slice | np.ndarray:
+    """``ids`` as a slice when they are consecutive (a view instead of a gather)."""
+    ids = np.asarray(ids, np.intp)
+    if len(ids) and np.array_equal(ids, ids[0] + np.arange(len(ids))):
+        return slice(int(ids[0]), int(ids[0]) + len(ids))
+    return ids
+
+
 class Manipulation:
     """Grab/lock state of one episode.
 
@@ -80,13 +88,30 @@ class Manipulation:
         ) / 2  # [O, 3]
         # Ramp bodies sit at the wedge's base: the cuboid centre is half its height above.
         self._centre_dz = np.concatenate([np.zeros(b), np.full(index.n_ramps, cfg.ramp_size[2] / 2)])
+        # Bound for skipping: the cuboid surface is at least |p - geom centre| - |geom centre
+        # - cuboid centre| - |half diagonal| from a point p (triangle inequality); the geom
+        # centre sits at geom_pos in the body frame, the cuboid centre _centre_dz above the
+        # body origin. 1e-6 m covers rounding.
+        geom_off = np.linalg.norm(model.geom_pos[index.geom[a : a + o]], axis=1) if o else np.zeros(0)
+        self.near_radius = self._reach + np.linalg.norm(self._half, axis=1) + geom_off + self._centre_dz + 1e-6
+        """``[O]`` (m): an object whose geom centre is farther than this from an agent's centre
+        is out of its reach."""
         self._lockable = np.concatenate([np.ones(b, bool), np.full(index.n_ramps, bool(cfg.lock_ramp))])
         self._agent_bodies = index.body[:a]
         self._obj_bodies = index.body[a : a + o]
         self._obj_joints = [model.body_jntadr[bd] + np.arange(DOFS_PER_BODY) for bd in self._obj_bodies]
+        self._no_objects = o == 0
+        self._agent_sel = _as_slice(self._agent_bodies)  # bodies are numbered in order: slices, not gathers
+        self._obj_sel = self._obj_bodies  # fancy index: the centres are modified
+        self._obj_rows = _as_slice(self._obj_bodies)
+        self._rows = np.arange(a)
 
     @property
     def lock_team(self) -> np.ndarray:
+        return self.lock_team_now()
+
+    def lock_team_now(self) -> np.ndarray:
+        """``lock_team`` as a method (a bound function the stats call only when they need it)."""
         return np.where(self.locked, self.team[self.which_locked], NO_TEAM)
 
     def distances(self) -> np.ndarray:
@@ -94,35 +119,58 @@ class Manipulation:
         idx, d = self._idx, self._d
         if idx.n_objects == 0:
             return np.zeros((idx.n_agents, 0))
-        centres = d.xpos[self._obj_bodies]  # [O, 3] body origins
+        xpos = d.xpos
+        centres = xpos[self._obj_sel]  # [O, 3] body origins (a copy)
         centres[:, 2] += self._centre_dz
-        rel = d.xpos[self._agent_bodies][:, None, :] - centres[None]  # [A, O, 3] world frame
-        rot = d.xmat[self._obj_bodies].reshape(-1, 3, 3)  # [O, 3, 3]: world = rot @ local
+        rel = xpos[self._agent_sel][:, None, :] - centres[None]  # [A, O, 3] world frame
+        rot = d.xmat[self._obj_rows].reshape(-1, 3, 3)  # [O, 3, 3]: world = rot @ local
         local = np.einsum("aok,okj->aoj", rel, rot)  # rot^T rel, in each object's frame
         gap = np.maximum(np.abs(local) - self._half, 0.0)  # [A, O, 3] outside the cuboid
         return np.sqrt(np.einsum("aoj,aoj->ao", gap, gap))
 
-    def apply(self, grab: np.ndarray, lock: np.ndarray, seen_objects: np.ndarray) -> None:
+    def apply(
+        self, grab: np.ndarray, lock: np.ndarray, seen_objects: np.ndarray, centre_dist: np.ndarray | None = None
+    ) -> None:
         """Update grab welds and lock limits before the physics step.
 
         Args:
           grab: ``[A]`` bool grab actions (already False for frozen agents).
           lock: ``[A]`` bool lock actions (already False for frozen agents).
           seen_objects: ``[A, O]`` bool, objects visible in each agent's last observation.
+          centre_dist: optional ``[A, O]`` distances (m) from each agent's centre to each
+            object's geom centre at the current kinematics (vision computes them). Where
+            every seen object is farther than reach + the object's bounding radius
+            (``near_radius``), none is in reach and the exact distances are skipped.
         """
-        if self._idx.n_objects == 0:
+        if self._no_objects:
             return
         nz = np.count_nonzero  # much cheaper than .any() on these few-element arrays
         pressing_lock, locked_any = nz(lock) > 0, nz(self.locked) > 0
         pressing_grab, holding = nz(grab) > 0, nz(self.held >= 0) > 0
         if not (pressing_lock or locked_any or pressing_grab or holding):
             return  # nothing to decide: no lock or grab pressed, none held
-        dist = self.distances()
-        usable = seen_objects & (dist <= self._reach)  # [A, O]
-        if pressing_lock or locked_any:
-            self._lock(lock, usable & self._lockable[None, :])
-        if pressing_grab or holding:
-            self._grab(grab, usable, dist)
+        if nz(seen_objects) and (centre_dist is None or nz(seen_objects & (centre_dist <= self.near_radius))):
+            dist = self.distances()
+            usable = seen_objects & (dist <= self._reach)  # [A, O]
+            any_usable = nz(usable) > 0
+        else:  # nothing seen: nothing usable, no distance needed
+            dist = usable = None
+            any_usable = False
+        if any_usable:
+            if pressing_lock or locked_any:
+                self._lock(lock, usable & self._lockable[None, :])
+            if pressing_grab or holding:
+                self._grab(grab, usable, dist)
+        elif holding:  # nothing in reach and view: every holder lets go; locks stay as they are
+            self._drop_all()
+
+    def _drop_all(self) -> None:
+        """Equivalent to ``_grab`` with nothing usable: every target is -1."""
+        d, idx = self._d, self._idx
+        for i in np.flatnonzero(self.held >= 0):
+            i = int(i)
+            d.eq_active[idx.grab_eq(i, int(self.held[i]))] = 0
+            self.held[i] = -1
 
     def _lock(self, lock: np.ndarray, usable: np.ndarray) -> None:
         d, m = self._d, self._m
@@ -148,7 +196,10 @@ class Manipulation:
     def _grab(self, grab: np.ndarray, usable: np.ndarray, dist: np.ndarray) -> None:
         idx, d, m = self._idx, self._d, self._m
         valid = usable & grab[:, None]
-        target = np.where(valid.any(axis=1), np.argmin(np.where(valid, dist, np.inf), axis=1), -1)
+        # closest valid object, -1 where none: argmin over inf-padded distances picks a
+        # valid column whenever the row has one, and column 0 (invalid) otherwise
+        target = np.where(valid, dist, np.inf).argmin(axis=1)
+        target[~valid[self._rows, target]] = -1
         for i in np.flatnonzero(target != self.held):
             i = int(i)
             if self.held[i] >= 0:

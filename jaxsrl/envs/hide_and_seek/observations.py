@@ -88,6 +88,11 @@ def observation_shapes(cfg: HideAndSeekConfig) -> dict[str, tuple[int, ...]]:
 class ObservationBuilder:
     """Builds ``{key: [A, *shape]}`` float32 arrays for the ``A`` agents of one episode.
 
+    Every step's arrays are new copies of per-episode templates that already hold what a
+    step cannot change (the ``hider`` flags, the ``*_present`` slots, box sizes, the
+    preparation timer once it reads 1); a step writes only the rest. Arrays handed out
+    are never written again.
+
     Args:
       rest_z: ``[M]`` height (m) of each movable body at rest, subtracted from z.
     """
@@ -107,21 +112,50 @@ class ObservationBuilder:
         self._obj_range = np.arange(b + r)
         self._size_cols = 3 if cfg.n_elongated[1] > 0 else 0
         self._prep_den = cfg.prep_steps + 1e-5  # prep_obs = min(1, t / (prep_steps + 1e-5))
+        self._team_of_agent = self.team[:, None]  # [A, 1]
+        self._template = {k: np.zeros((a,) + shape, np.float32) for k, shape in self._shapes.items()}
+        t = self._template
+        t["self"][:, 8] = self._hider
+        if a > 1:
+            t["agents"][:, : a - 1, 8] = self._hider[self.others]
+            t["agents_present"][:, : a - 1] = 1.0
+        t["boxes_present"][:, :b] = 1.0
+        t["ramps_present"][:, :r] = 1.0
+        if b and self._size_cols:
+            t["boxes"][:, :b, 9:12] = self._box_sizes[None]
+        self._prep_in_template = 0.0  # prep_obs value the template holds
+        self._body = np.empty((index.n_agents + b + r, 8))
+        self._obj = np.empty((b + r, 9))
 
-    def build(self, qpos, qvel, visible, lidar, locked, which_locked, held, step: int) -> dict[str, np.ndarray]:
+    def new(self, step: int) -> dict[str, np.ndarray]:
+        """Fresh ``{key: [A, *shape]}`` arrays for the observation after ``step`` env steps:
+        the constant parts filled in, the rest zero (fill with ``build(..., out=...)``)."""
+        prep = min(1.0, step / self._prep_den)
+        if prep != self._prep_in_template:
+            t = self._template
+            t["self"][:, 9] = prep
+            t["agents"][:, : self._a - 1, 9] = prep
+            self._prep_in_template = prep
+        return {k: t.copy() for k, t in self._template.items()}
+
+    def build(self, qpos, qvel, seen, lidar, locked, which_locked, held, step: int,
+              out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Args: ``qpos``/``qvel`` ``[M, 4]`` (x, y, z, yaw) and velocities of the movable
-        bodies, ``visible`` ``[A, A + O]`` bool, ``lidar`` ``[A, L]``, ``locked`` ``[O]`` bool,
-        ``which_locked`` ``[O]`` agent index, ``held`` ``[A]``, ``step`` env steps taken."""
+        bodies, ``seen`` ``[A, A - 1 + O]`` bool (row ``i``: the other agents in agent order,
+        then the objects; ``Vision``), ``lidar`` ``[A, L]`` (not copied if it is
+        already ``out["lidar"]``), ``locked`` ``[O]`` bool, ``which_locked`` ``[O]`` agent
+        index, ``held`` ``[A]``, ``step`` env steps taken, ``out`` arrays from ``new(step)``
+        to fill (default: new ones)."""
         cfg, a, b, r = self._cfg, self._a, self._b, self._r
         o, extra = b + r, cfg.extra_obs
-        out = {k: np.zeros((a,) + s, np.float32) for k, s in self._shapes.items()}
-        body = np.concatenate([qpos, qvel], axis=1)  # [M, 8]
+        if out is None:
+            out = self.new(step)
+        body = self._body  # [M, 8]
+        body[:, :4] = qpos
+        body[:, 4:] = qvel
         body[:, 2] -= self._rest_z
-        prep = min(1.0, step / self._prep_den)
         s = out["self"]
         s[:, :8] = body[:a]
-        s[:, 8] = self._hider
-        s[:, 9] = prep
         if extra:
             s[:, 10], s[:, 11] = np.sin(qpos[:a, 3]), np.cos(qpos[:a, 3])
             s[:, 12] = step / cfg.horizon
@@ -131,45 +165,39 @@ class ObservationBuilder:
             oth = self.others
             ag = out["agents"][:, : a - 1]  # [A, A - 1, F] view of the real slots
             ag[:, :, :8] = body[oth]
-            ag[:, :, 8] = self._hider[oth]
-            ag[:, :, 9] = prep
             if extra:
                 ag[:, :, 10:12] = qpos[oth, :2] - xy[:, None, :]
                 ag[:, :, 12], ag[:, :, 13] = np.sin(qpos[oth, 3]), np.cos(qpos[oth, 3])
-            out["agents_mask"][:, : a - 1] = visible[self._rows, oth]
-            out["agents_present"][:, : a - 1] = 1.0
-        if not o:
+            out["agents_mask"][:, : a - 1] = seen[:, : a - 1]
+        if lidar is not out["lidar"]:
             out["lidar"][:] = lidar
+        if not o:
             return out
-        obj = np.empty((o, 9))
+        obj = self._obj
         obj[:, :3] = body[a:, :3]
         obj[:, 3], obj[:, 4] = np.cos(qpos[a:, 3]), np.sin(qpos[a:, 3])
         obj[:, 5:] = qvel[a:]
         any_locked = np.count_nonzero(locked) > 0  # else the lock columns stay 0
         if any_locked:
             you = locked[None, :] & (which_locked[None, :] == self._rows)  # [A, O]
-            team = locked[None, :] & (self.team[which_locked][None, :] == self.team[:, None])
+            team = locked[None, :] & (self.team[which_locked][None, :] == self._team_of_agent)
         if extra:
             mine = held[:, None] == self._obj_range[None, :]  # [A, O]
             other = (mine.sum(axis=0)[None, :] - mine) > 0
-        vis_obj = visible[:, a:]
-        for key, sl, lock_cols in (("boxes", slice(0, b), True), ("ramps", slice(b, o), cfg.lock_ramp)):
-            n = sl.stop - sl.start
+        vis_obj = seen[:, a - 1 :]
+        for key, lo, n, lock_cols in (("boxes", 0, b, True), ("ramps", b, r, cfg.lock_ramp)):
             if not n:
                 continue
-            rows = out[key][:, :n]  # [A, n, F] view
-            rows[:, :, :9] = obj[None, sl]
+            sl = slice(lo, lo + n)
+            rows = out[key]  # [A, max, F] view
+            rows[:, :n, :9] = obj[sl]
             c = 9 + self._size_cols
-            if key == "boxes" and self._size_cols:
-                rows[:, :, 9:12] = self._box_sizes[None]
             if lock_cols:
                 if any_locked:
-                    rows[:, :, c], rows[:, :, c + 1], rows[:, :, c + 2] = you[:, sl], team[:, sl], locked[None, sl]
+                    rows[:, :n, c], rows[:, :n, c + 1], rows[:, :n, c + 2] = you[:, sl], team[:, sl], locked[None, sl]
                 c += 3
             if extra:
-                rows[:, :, c : c + 2] = qpos[None, a:, :2][:, sl] - xy[:, None, :]
-                rows[:, :, c + 2], rows[:, :, c + 3] = mine[:, sl], other[:, sl]
+                rows[:, :n, c : c + 2] = qpos[None, a:, :2][:, sl] - xy[:, None, :]
+                rows[:, :n, c + 2], rows[:, :n, c + 3] = mine[:, sl], other[:, sl]
             out[f"{key}_mask"][:, :n] = vis_obj[:, sl]
-            out[f"{key}_present"][:, :n] = 1.0
-        out["lidar"][:] = lidar
         return out

@@ -59,7 +59,8 @@ class EpisodeStats:
         self, qpos, lock_team, held, team, any_hider_seen: bool, in_prep: bool, hider_team_reward: float, n_out: int
     ) -> None:
         """Called after every env step (``in_prep``: the step belonged to the preparation phase;
-        ``qpos`` ``[M, 4]`` after it)."""
+        ``qpos`` ``[M, 4]`` after it). ``lock_team``: ``[O]`` array, or a function returning
+        it (called only at the "prep" snapshot step, the one step that reads it)."""
         self._steps += 1
         if not in_prep:
             self._post_prep += 1
@@ -71,7 +72,7 @@ class EpisodeStats:
         self._out += n_out
         if self._steps == self._snapshot_step:
             self._prep_move = self._move(qpos)
-            self._prep_locks = lock_team.copy()
+            self._prep_locks = np.array(lock_team() if callable(lock_team) else lock_team)
 
     def summary(self, qpos: np.ndarray, lock_team: np.ndarray, lock_events: np.ndarray) -> dict[str, float]:
         idx = self._idx

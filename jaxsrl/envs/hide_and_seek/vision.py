@@ -35,9 +35,14 @@ def _groups(*groups: int) -> np.ndarray:
 class Vision:
     """Ray-cast sensing for one compiled scene; buffers are allocated once.
 
-    ``sense(data)`` returns ``(visible, lidar)``:
-      visible: ``[A, A + O]`` bool, row = observer agent, columns = agents then objects
-        (boxes, ramps); the diagonal is False.
+    Targets are agents then objects (boxes, ramps), ``N = A + O`` of them; each observer
+    looks at the ``N - 1`` targets other than itself: ``targets[i]`` lists them (agent
+    order, then objects), so ``seen[i, :A - 1]`` are the other agents in agent order and
+    ``seen[i, A - 1:]`` the objects.
+
+    ``sense(data)`` returns ``(seen, lidar)``:
+      seen: ``[A, N - 1]`` bool, observer ``i`` sees target ``targets[i, c]``
+        (``full(seen)``: the ``[A, N]`` matrix with a False diagonal).
       lidar: ``[A, n_lidar]`` float32 ranges (m).
     ``data`` must have up-to-date kinematics (``mj_kinematics`` or ``mj_forward``).
     """
@@ -46,62 +51,77 @@ class Vision:
         self._model = model
         self._idx = index
         a, n = index.n_agents, index.n_agents + index.n_objects
+        k = n - 1  # line-of-sight rays per observer
         self._cos_half = float(np.cos(np.deg2rad(cfg.vision_cone_deg) / 2))
         solid = (GROUP_BOX, GROUP_RAMP, GROUP_AGENT) + ((GROUP_WALL,) if cfg.rays_hit_walls else ())
         self._groups = _groups(*solid)
         self._lidar_range = float(cfg.lidar_range)
         angles = 2 * np.pi * np.arange(cfg.n_lidar) / cfg.n_lidar  # [L] rad from +x
-        self._lidar_cos, self._lidar_sin = np.cos(angles), np.sin(angles)
         self._n_lidar = cfg.n_lidar
-        self._geom_body = model.geom_bodyid
-        self._target_geom = index.geom[:n]  # [N]
-        self._target_body = index.body[:n]  # [N]
+        self._facing = float(np.deg2rad(cfg.facing_offset_deg))
+        self.targets = np.array([[j for j in range(n) if j != i] for i in range(a)], np.intp).reshape(a, k)
+        """``[A, N - 1]`` target index (agents, then objects) of each observer's columns."""
+        self._rows = np.repeat(np.arange(a), k).reshape(a, k)
+        self._tgt_geom = np.asarray(index.geom, np.intp)[self.targets]  # [A, N - 1]
+        self._tgt_body = np.asarray(index.body, np.int64)[self.targets]  # [A, N - 1]
         # geom id -> body id, with one extra entry so that "no hit" (-1) maps to -1
         self._body_of = np.append(model.geom_bodyid, -1).astype(np.int64)
-        self._facing = float(np.deg2rad(cfg.facing_offset_deg))
-        self._eye = np.eye(a, n, dtype=bool)
-        # One ray bundle per observer: N line-of-sight rays then L lidar rays.
+        # One ray bundle per observer: N - 1 line-of-sight rays then L lidar rays.
         # Rows are contiguous views, written in place by mj_multiRay.
-        self._vec = np.zeros((a, n + cfg.n_lidar, 3), np.float64)
-        self._ids = np.zeros((a, n + cfg.n_lidar), np.int32)
-        self._hit = np.zeros((a, n + cfg.n_lidar), np.float64)
-        self._vec[:, n:, 0] = self._lidar_cos[None, :]  # world frame: ray 0 along +x, fixed
-        self._vec[:, n:, 1] = self._lidar_sin[None, :]
-        self._diag = (np.arange(a), np.arange(a))
-        self._not_eye = ~self._eye
+        self._vec = np.zeros((a, k + cfg.n_lidar, 3), np.float64)
+        self._ids = np.zeros((a, k + cfg.n_lidar), np.int32)
+        self._hit = np.zeros((a, k + cfg.n_lidar), np.float64)
+        self._vec[:, k:, 0] = np.cos(angles)[None, :]  # world frame: ray 0 along +x, fixed
+        self._vec[:, k:, 1] = np.sin(angles)[None, :]
         self._flat_rays = [self._vec[i].reshape(-1) for i in range(a)]  # views
         self._eye_bodies = [int(b) for b in index.body[:a]]
-        self._eye_idx = np.asarray(index.body[:a], np.intp)
+        eye_ids = np.asarray(index.body[:a], np.intp)
+        contiguous = a > 0 and np.array_equal(eye_ids, eye_ids[0] + np.arange(a))
+        self._eye_sl = slice(int(eye_ids[0]), int(eye_ids[0]) + a) if contiguous else eye_ids
+        self._yaw_sl = slice(3, 4 * a, 4)
+        self._k, self._nray = k, k + cfg.n_lidar
+        self._los = self._vec[:, :k]  # [A, N - 1, 3] line-of-sight part (a view)
+        self._sq = np.empty((a, k, 3))
+        self._planar2 = np.empty((a, k))
+        self._dist = np.empty((a, k))
+        self.centre_dist = self._dist
+        """``[A, N - 1]`` distances (m) from each agent's centre to the centre of each of its
+        targets (columns as ``seen``) at the last ``sense``. Overwritten by the next."""
+        self._shape = (a, n)
 
-    def sense(self, data: mujoco.MjData) -> tuple[np.ndarray, np.ndarray]:
-        idx, m = self._idx, self._model
-        a, n, nl = idx.n_agents, idx.n_agents + idx.n_objects, self._n_lidar
-        eyes = data.xpos[self._eye_idx]  # [A, 3] agent centres
-        targets = data.geom_xpos[self._target_geom]  # [N, 3]
-        yaw = data.qpos[3 : 4 * a : 4] + self._facing  # [A] direction of each agent's front
-        cos, sin = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
+    def full(self, seen: np.ndarray) -> np.ndarray:
+        """``[A, N]`` bool from ``[A, N - 1]`` ``seen``: column = target, the diagonal False."""
+        out = np.zeros(self._shape, bool)
+        out[self._rows, self.targets] = seen
+        return out
 
-        rays = self._vec
-        vec = rays[:, :n]  # [A, N, 3] view
-        np.subtract(targets[None, :, :], eyes[:, None, :], out=vec)
-        vec[self._diag] = (1.0, 0.0, 0.0)  # self: any unit vector, masked below
-        sq = vec * vec
-        planar2 = sq[..., 0] + sq[..., 1]  # [A, N]
-        dist = np.sqrt(planar2 + sq[..., 2])  # [A, N]
-        dot = vec[..., 0] * cos + vec[..., 1] * sin  # [A, N] planar projection on the front
+    def sense(self, data: mujoco.MjData, lidar: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``lidar``: optional ``[A, n_lidar]`` float32 array to write the ranges into
+        (returned); a new one otherwise."""
+        k = self._k
+        eyes = data.xpos[self._eye_sl]  # [A, 3] agent centres (a view: bodies 1..A)
+        vec = self._los  # [A, N - 1, 3] view of the ray bundle
+        np.subtract(data.geom_xpos[self._tgt_geom], eyes[:, None, :], out=vec)
+        yaw = data.qpos[self._yaw_sl] + self._facing  # [A] direction of each agent's front
+        sq = np.multiply(vec, vec, out=self._sq)
+        planar2 = np.add(sq[..., 0], sq[..., 1], out=self._planar2)  # [A, N - 1]
+        dist = np.sqrt(planar2 + sq[..., 2], out=self._dist)  # [A, N - 1]
+        dot = vec[..., 0] * np.cos(yaw)[:, None]  # [A, N - 1] planar projection on the front
+        dot += vec[..., 1] * np.sin(yaw)[:, None]
         in_cone = dot >= self._cos_half * np.sqrt(planar2) - 1e-9
         vec /= dist[..., None]
 
-        ids, hit, groups = self._ids, self._hit, self._groups
-        multi_ray = mujoco.mj_multiRay
-        flat = self._flat_rays
-        for i, body in enumerate(self._eye_bodies):
-            multi_ray(m, data, eyes[i], flat[i], groups, 1, body, ids[i], hit[i], None, n + nl, 1e6)
-        los_ids, los_hit = ids[:, :n], hit[:, :n]
-        hit_body = self._body_of[los_ids]  # [A, N], -1 where nothing was hit
-        clear = (los_ids < 0) | (los_hit >= dist - 1e-6) | (hit_body == self._target_body[None, :])
-        visible = in_cone & clear & self._not_eye
-        lid_ids, lid_hit = ids[:, n:], hit[:, n:]
-        rng = self._lidar_range
-        lidar = np.where(lid_ids < 0, rng, lid_hit).astype(np.float32)  # not capped, as released
-        return visible, lidar
+        ids, hit, groups, m = self._ids, self._hit, self._groups, self._model
+        multi_ray, nray = mujoco.mj_multiRay, self._nray
+        for eye, flat, body, ids_i, hit_i in zip(eyes, self._flat_rays, self._eye_bodies, ids, hit):
+            multi_ray(m, data, eye, flat, groups, 1, body, ids_i, hit_i, None, nray, 1e6)
+        los_ids = ids[:, :k]
+        seen = hit[:, :k] >= dist - 1e-6  # the first hit lies beyond the target's centre
+        seen |= self._body_of[los_ids] == self._tgt_body  # or belongs to the target's body
+        seen |= los_ids < 0  # or nothing was hit
+        seen &= in_cone
+        if lidar is None:
+            lidar = np.empty((len(ids), self._n_lidar), np.float32)
+        lidar[...] = hit[:, k:]  # not capped, as released
+        np.copyto(lidar, self._lidar_range, where=ids[:, k:] < 0)
+        return seen, lidar
