@@ -31,7 +31,7 @@ CALIBRATION_STEPS = 20
 def _hide_and_seek(env: str, env_kwargs: dict, duration_s: float, seed: int) -> dict:
     from jaxsrl.envs import MULTI_AGENT_ENVS
     from jaxsrl.envs.hide_and_seek.bench import physics_steps_per_second
-    from jaxsrl.envs.hide_and_seek.env import make_env
+    from jaxsrl.envs.hide_and_seek.config import make_config
 
     kwargs = {**MULTI_AGENT_ENVS[env][1], **env_kwargs}
     variant = kwargs.pop("variant")
@@ -39,7 +39,7 @@ def _hide_and_seek(env: str, env_kwargs: dict, duration_s: float, seed: int) -> 
     steps = max(CALIBRATION_STEPS, int(rate * duration_s))
     rate = physics_steps_per_second(variant, steps, seed, clock=time.thread_time)
     return {"physics_steps_per_core_s": rate, "steps": steps, "variant": variant,
-            "substeps_per_env_step": make_env(variant).config.n_substeps,
+            "substeps_per_env_step": make_config(variant).n_substeps,
             "source": "jaxsrl.envs.hide_and_seek.bench.physics_steps_per_second",
             "ignored_env_kwargs": sorted(kwargs)}
 
