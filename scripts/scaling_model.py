@@ -25,6 +25,7 @@ from jaxsrl.bench import agentfns
 from jaxsrl.bench.scaling_model import Costs, Hardware, gpus_to_keep_up, project
 from jaxsrl.core.paths import CONFIG_DIR, REPO_ROOT as REPO
 from jaxsrl.envs.hide_and_seek.bench import env_steps_per_second
+from jaxsrl.envs.hide_and_seek.config import make_config
 from jaxsrl.experiment.config import load_config
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.spaces import space_leaves, unflatten_obs
@@ -55,10 +56,12 @@ def measured_costs(env: str, config: str, bench: dict, env_seconds: float):
     carry_bytes = sum(int(np.prod(s.shape[1:])) * np.dtype(s.dtype).itemsize
                       for s in CarryCodec(b.fns.initial_carry).schema().values())
     # Per agent row: request obs + carry up; action, logp, carry down; in the sample
-    # stream obs and final_obs (T of each), action, reward, flags, logp, version, and
-    # the segment's first carry spread over T steps.
-    T = cfg.segment_length
-    per_row = obs_bytes + 2 * carry_bytes + 3 * 4 + 2 * obs_bytes + 3 * 4 + 4 * 4 + carry_bytes / T
+    # stream obs (T + 1 per T steps), final_obs and its int32 index for truncated steps
+    # only (one per episode of `horizon` steps), action, reward, flags, logp, version,
+    # and the segment's first carry spread over T steps.
+    T, horizon = cfg.segment_length, make_config(variant).horizon
+    per_row = (obs_bytes + 2 * carry_bytes + 3 * 4 + obs_bytes * (T + 1) / T
+               + (obs_bytes + 4) / horizon + 3 * 4 + 4 * 4 + carry_bytes / T)
     raw = bench["rungs"]["raw_env"]["env_steps_per_s"]
     fed = bench["rungs"]["inference"][0]["env_steps_per_s"]
     transport = bench["rungs"]["transport"]
@@ -136,8 +139,8 @@ def render(rows: list, hw, bench_path: str, command: str) -> str:
             "**gpus** — more GPUs (learner processes with `--num_learner_processes`, remote "
             "inference servers with `--remote_inference`); **server CPU** — more env steps per "
             "request (`envs_per_actor / ring_size`) or more inference-server processes; "
-            "**network** — more accelerator hosts, or fewer bytes per step (the trajectory's "
-            "`final_obs` doubles the sample stream and could be sent only for truncated steps).",
+            "**network** — more accelerator hosts, or fewer bytes per step (the sample stream "
+            "already sends `final_obs` for truncated steps only).",
             "",
             "## Compared with SRL and OpenAI",
             "",

@@ -3,18 +3,23 @@
 ``python scripts/bench.py [--quick] [train.py flags]`` measures, on this machine:
 
 1. ``raw_env``    env steps/s of the actor layout with random actions (no inference);
+1b. ``physics``   the env's own MuJoCo model stepped with random controls, no
+   observations (env steps per core-second; n/a for envs without one);
 2. ``transport``  ZeroMQ DEALER/ROUTER round trips/s at one ``act`` request's size;
 3. ``inference``  real actor processes + a real policy worker with frozen parameters;
 4. ``learner``    samples/s of the jitted ``learn`` on synthetic batches;
 5. ``end_to_end`` training env steps/s through ``jaxsrl.launch.launcher.train``;
 6. ``scaling``    end-to-end env steps/s against the number of actor processes;
 
-plus the peak resident memory of each process kind. One module per job:
-:mod:`~jaxsrl.bench.raw_env`, :mod:`~jaxsrl.bench.transport`,
+plus the peak resident memory of each process kind, and the compute-bound ceiling
+(cores / the core time per env step of env, act and learn) with end to end as a
+fraction of it. One module per job: :mod:`~jaxsrl.bench.raw_env`,
+:mod:`~jaxsrl.bench.physics`, :mod:`~jaxsrl.bench.transport`,
 :mod:`~jaxsrl.bench.inference`, :mod:`~jaxsrl.bench.learner`,
 :mod:`~jaxsrl.bench.end_to_end` (rungs); :mod:`~jaxsrl.bench.memory` (RSS sampling),
 :mod:`~jaxsrl.bench.machine` (what ran it), :mod:`~jaxsrl.bench.rungs` (runs the
-ladder), :mod:`~jaxsrl.bench.report` (targets, bottleneck, JSON and Markdown);
+ladder), :mod:`~jaxsrl.bench.report` (targets, bottleneck, JSON and Markdown),
+:mod:`~jaxsrl.bench.ceiling` (the compute-bound ceiling);
 and :mod:`jaxsrl.cli.bench` the command line. Importing this package imports no JAX
 (the raw-environment and echo-server child processes use it).
 """

@@ -8,7 +8,12 @@ throws the segments away. Reported, from the server's metrics as ``metrics.jsonl
 has them: env steps/s, the server's batch sizes (``inference/batch_rows``), batches/s
 (``inference/batches``), its latency p50/p99 (``inference/latency_ms_p50``/``_p99``:
 from a request's arrival being noticed to the last reply sent), and the share of
-actor time spent waiting for actions.
+actor time spent waiting for actions. The CPU time of this process over the window
+(``time.process_time``: the policy worker thread and XLA's threads; also the segment
+sink's decoding, which is small) per env step is ``server_core_ms_per_env_step``, the
+act part of the compute-bound ceiling (:mod:`jaxsrl.bench.ceiling`);
+``server_busy_ms_per_env_step`` is the latency-based estimate (p50 latency x batches
+per env step) beside it.
 """
 
 from __future__ import annotations
@@ -118,8 +123,10 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
         metrics.snapshot(1.0)  # start a fresh interval
         batches0 = metrics.counter("inference/batches")
         steps0, timing0, t0 = sink.env_steps, dict(sink.timing), time.perf_counter()
+        cpu0 = time.process_time()
         time.sleep(duration_s)
         steps1, timing1, t1 = sink.env_steps, dict(sink.timing), time.perf_counter()
+        cpu_s = time.process_time() - cpu0
         record = metrics.snapshot(t1 - t0)
         batches = metrics.counter("inference/batches") - batches0
     finally:
@@ -132,6 +139,8 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
         sink.close()
     env_s = timing1["env_s"] - timing0["env_s"]
     wait_s = timing1["wait_s"] - timing0["wait_s"]
+    steps = max(steps1 - steps0, 1)
+    p50 = record.get("inference/latency_ms_p50")
     out = {
         "actors": num_actors,
         "envs_per_actor": cfg.envs_per_actor,
@@ -142,6 +151,9 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
         "latency_ms_p50": record.get("inference/latency_ms_p50"),
         "latency_ms_p99": record.get("inference/latency_ms_p99"),
         "actor_wait_fraction": wait_s / (env_s + wait_s) if env_s + wait_s > 0 else None,
+        "server_core_ms_per_env_step": 1e3 * cpu_s / steps,
+        "server_busy_ms_per_env_step": None if p50 is None else p50 * batches / steps,
+        "server_cpu_s": cpu_s,
         "buckets": list(worker.buckets),
         "startup_s": startup_s,
         "seconds": t1 - t0,

@@ -5,7 +5,10 @@ steps, the trainer's wire schema) filled with random observations and actions. I
 placed on the devices once (``devices.put_batch``), ``learn`` is jitted with
 ``devices.jit_learn`` and compiled ahead of time, then called back to back (waiting
 for each result, as the trainer does when it reads the metrics) for ``duration_s``.
-Samples are rows x steps, i.e. env frames for single-agent environments.
+Samples are rows x steps, i.e. env frames for single-agent environments. The CPU time
+of this process over the calls (``time.process_time``: every thread, XLA's included)
+per env step is ``core_ms_per_env_step``, the learn part of the compute-bound ceiling
+(:mod:`jaxsrl.bench.ceiling`).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def measure(cfg, duration_s: float, built=None, min_calls: int = 3) -> dict:
     state, metrics = learn(state, batch, rng)  # first call: allocations
     jax.block_until_ready(metrics)
     calls, times = 0, []
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     while calls < min_calls or time.perf_counter() - t_start < duration_s:
         t0 = time.perf_counter()
         rng, key = jax.random.split(rng)
@@ -64,6 +67,8 @@ def measure(cfg, duration_s: float, built=None, min_calls: int = 3) -> dict:
         times.append(time.perf_counter() - t0)
         calls += 1
     seconds = time.perf_counter() - t_start
+    cpu_s = time.process_time() - cpu_start
+    env_steps = calls * B * T / b.rows_per_env
     samples_per_s = calls * B * T / seconds
     return {
         "batch": [B, T],
@@ -73,6 +78,8 @@ def measure(cfg, duration_s: float, built=None, min_calls: int = 3) -> dict:
         "samples_per_s": samples_per_s,
         "samples_per_s_per_device": samples_per_s / n_dev,
         "env_steps_per_s": samples_per_s / b.rows_per_env,
+        "core_ms_per_env_step": 1e3 * cpu_s / env_steps,
+        "cpu_s": cpu_s,
         "compile_s": compile_s,
         "calls": calls,
         "seconds": seconds,

@@ -3,7 +3,9 @@
 Each of ``processes`` child processes (``python -m jaxsrl.bench.raw_env '<json>'``;
 no JAX imported) builds the same ring of ``ring_size`` groups of ``envs_per_group``
 environments as an actor (``jaxsrl.envs.make_actor_env``), steps the groups in turn
-with uniformly random actions, and reports frames stepped. The children start
+with uniformly random actions, and reports frames stepped and the CPU time of its
+``env.step`` calls (``time.thread_time``: the children are single-threaded), whence
+``env_steps_per_core_s`` and ``env_core_ms_per_step``. The children start
 stepping together (a stdin handshake), so the total is what this machine's cores
 give the actor layout when nothing else (inference, learning) runs: the ceiling.
 """
@@ -61,22 +63,24 @@ def child_main(spec: dict) -> int:
     if sys.stdin.readline().strip() != "go":  # parent gone: stop quietly
         return 0
     frames = steps = 0
-    env_s = 0.0
+    env_s = env_cpu_s = 0.0
     t_start = time.perf_counter()
     deadline = t_start + float(spec["duration_s"])
     while time.perf_counter() < deadline:
         for g, env in enumerate(groups):
             action = random_actions(env.action_space, env.num_rows, rng)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             env.step(action)
             env_s += time.perf_counter() - t0
+            env_cpu_s += time.thread_time() - c0
             frames += frames_per_step[g]
             steps += 1
     seconds = time.perf_counter() - t_start
     for env in groups:
         env.close()
     print(json.dumps({"frames": frames, "group_steps": steps, "seconds": seconds,
-                      "env_s": env_s, "peak_rss_mib": round(peak_rss_mib(), 1)}), flush=True)
+                      "env_s": env_s, "env_cpu_s": env_cpu_s,
+                      "peak_rss_mib": round(peak_rss_mib(), 1)}), flush=True)
     return 0
 
 
@@ -103,12 +107,16 @@ def measure(env: str, env_kwargs: dict | None, layout: list[int], ring_size: int
     frames = sum(r["frames"] for r in results)
     seconds = max(r["seconds"] for r in results)
     per_process = [r["frames"] / r["seconds"] for r in results]
+    env_cpu_s = sum(r["env_cpu_s"] for r in results)
     return {
         "processes": processes,
         "envs_per_process": sorted({n * ring_size for n in layout}),
         "env_steps_per_s": frames / seconds,
         "env_steps_per_s_per_process": sum(per_process) / len(per_process),
         "env_time_fraction": sum(r["env_s"] for r in results) / sum(r["seconds"] for r in results),
+        # CPU time of env.step only (not the random actions): the env's core time per step
+        "env_steps_per_core_s": frames / max(env_cpu_s, 1e-9),
+        "env_core_ms_per_step": 1e3 * env_cpu_s / max(frames, 1),
         "seconds": seconds,
         "peak_rss_mib": max(r["peak_rss_mib"] for r in results),
     }

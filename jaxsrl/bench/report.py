@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from jaxsrl.bench import ceiling as ceiling_model
+
 #: targets per environment (the issue's numbers, for the 2-core, no-GPU machine).
 TARGETS = {
     "CartPole-v1": {"end_to_end_fps": 10_000, "inference_actors": 4, "inference_p99_ms": 5.0,
@@ -19,6 +21,7 @@ UNIT_DIGITS = {"frames/s": 0, "ms": 2, "MB": 1}
 
 RUNG_TITLES = {
     "raw_env": "1. raw environment",
+    "physics": "1b. physics only",
     "transport": "2. transport",
     "inference": "3. inference",
     "learner": "4. learner only",
@@ -212,9 +215,25 @@ def table(result: dict) -> list[dict]:
     if _ok(r):
         add("raw_env", what, fmt(r["env_steps_per_s"]),
             f"{fmt(r['env_steps_per_s_per_process'])}/s per process; "
-            f"{r['env_time_fraction']:.0%} of the time in env.step", ceil.get("raw_env"), r)
+            f"{r['env_time_fraction']:.0%} of the time in env.step"
+            + (f"; {fmt(r['env_steps_per_core_s'])} per core-second of env.step"
+               if r.get("env_steps_per_core_s") else ""), ceil.get("raw_env"), r)
     elif r is not None:
         add("raw_env", what, "—", _err(r))
+    ph = rungs.get("physics")
+    what = "env steps per core-second, the env's MuJoCo model, random controls, no observations"
+    if isinstance(ph, dict) and "not_applicable" in ph:
+        add("physics", what, "n/a", ph["not_applicable"], None, ph)
+    elif _ok(ph):
+        frac = ceiling_model.physics_fraction(result)
+        add("physics", what, fmt(ph["physics_steps_per_core_s"]),
+            f"{ph['substeps_per_env_step']} mj_step per env step"
+            + (f" ({ph['variant']})" if ph.get("variant") else "")
+            + (f"; rung 1 steps {frac:.0%} of it per core-second" if frac is not None else "")
+            + (f"; ignored env_kwargs {ph['ignored_env_kwargs']}"
+               if ph.get("ignored_env_kwargs") else ""), None, ph)
+    elif ph is not None:
+        add("physics", what, "—", _err(ph))
     t = rungs.get("transport")
     if _ok(t):
         add("transport", f"round trips/s, {fmt(t['request_bytes'])} B act request, "
@@ -251,12 +270,15 @@ def table(result: dict) -> list[dict]:
     elif le is not None:
         add("learner", "samples/s", "—", _err(le))
     e = rungs.get("end_to_end")
+    bound = ceiling_model.ceiling(result)
     if _ok(e):
         ratio = e["env_steps_per_s"] / ceil["raw_env"] if "raw_env" in ceil else None
+        of_bound = bound.get("end_to_end_fraction")
         wait = e.get("actor_wait_fraction")
         add("end_to_end", f"training env steps/s, {e.get('num_actors')} actors",
             fmt(e["env_steps_per_s"]),
             (f"{ratio:.0%} of rung 1; " if ratio is not None else "")
+            + (f"{of_bound:.0%} of the compute-bound ceiling; " if of_bound is not None else "")
             + f"intervals {fmt(e['interval_fps_min'])}–{fmt(e['interval_fps_max'])}; "
             f"{e['updates_per_s']:.1f} updates/s, staleness {fmt(e.get('staleness_mean'), 2)}"
             + (f"; actors wait {wait:.0%}" if wait is not None else "")
@@ -294,8 +316,11 @@ def table(result: dict) -> list[dict]:
 
 
 def finalize(result: dict) -> dict:
-    """Add the derived parts (table, targets, bottleneck, memory, scaling) to ``result``."""
+    """Add the derived parts (table, targets, bottleneck, memory, scaling, the
+    compute-bound ceiling, rung 1 over physics) to ``result``."""
     result["table"] = table(result)
+    result["compute_ceiling"] = ceiling_model.ceiling(result)
+    result["raw_env_over_physics"] = ceiling_model.physics_fraction(result)
     result["bottleneck"] = bottleneck(result)
     result["targets"] = targets(result)
     result["memory"] = memory(result)

@@ -19,6 +19,16 @@ Every rung runs on the machine described above, with the run config resolved by
    jaxsrl.bench.raw_env`, no JAX), each stepping the actor's ring of
    `jaxsrl.envs.make_actor_env` groups with uniformly random actions; all processes
    start together. The sum of their env steps/s is the ceiling of this machine.
+   Each process also times its `env.step` calls in CPU time (`time.thread_time`): env
+   steps per core-second, and the env part of the compute-bound ceiling.
+1b. **Physics only**: the env's own MuJoCo model stepped with random controls and no
+   observations, on one core in the benchmark process, timed in CPU time
+   (`jaxsrl/bench/physics.py`): hide-and-seek through
+   `jaxsrl.envs.hide_and_seek.bench.physics_steps_per_second` (`n_substeps` `mj_step`
+   per env step), Gymnasium MuJoCo envs by `mj_step` x `frame_skip` on
+   `env.unwrapped.model`; n/a for envs without a MuJoCo model (CartPole, Atari). Rung 1
+   per core-second over this rate is what observations, rewards and the rest of the
+   env step leave of its physics.
 2. **Transport**: one actor group's `act` request (real observations after a reset,
    encoded by `jaxsrl.streams.wire`) sent by a DEALER to an echo ROUTER in another process over
    tcp loopback, `ring_size` requests in flight, replies decoded. MB/s counts both
@@ -52,6 +62,13 @@ Every rung runs on the machine described above, with the run config resolved by
    started; updates/s and the achieved replay ratio beside env steps/s
    (`jaxsrl/bench/offpolicy.py`).
 
+**Compute-bound ceiling** (`jaxsrl/bench/ceiling.py`): cores / (env + act + learn),
+each the core time of one env step measured alone: env, rung 1's CPU time of
+`env.step`; act, the CPU time of rung 3's policy-worker process (every thread, XLA's
+included) at the layout's actor count; learn, rung 4's CPU time of the learner
+process. End to end is given as a fraction of it; what it misses is the work none of
+the three rungs counts (actor bookkeeping and encoding, the sample stream, batching).
+
 **Memory**: peak resident set size per process kind: the kernel's high-water mark
 (`VmHWM` of `/proc/<pid>/status`) of the training process (= accelerator process) and
 of its actor processes, read every 0.25 s during rung 5 (psutil finds the processes);
@@ -79,6 +96,24 @@ def _md_table(header: list[str], rows: list[list]) -> str:
 
 def _met(t: dict) -> str:
     return {True: "met", False: "**missed**", None: "not measured"}[t["met"]]
+
+
+def _ceiling_md(result: dict) -> list[str]:
+    c = result.get("compute_ceiling") or {}
+    out = ["## Compute-bound ceiling", ""]
+    if "missing" in c or not c:
+        return out + [f"Not computed: no measurement of {', '.join(c.get('missing', ['?']))} "
+                      "(its rung not run or failed, or the report predates the figure).", ""]
+    rows = [[part, fmt(c[key], 3), source, fmt_pct(c[key] / c["total_ms"])]
+            for part, key, source in (("env", "env_ms", RUNG_TITLES["raw_env"]),
+                                      ("act", "act_ms", RUNG_TITLES["inference"]),
+                                      ("learn", "learn_ms", RUNG_TITLES["learner"]))]
+    rows.append(["sum", fmt(c["total_ms"], 3), "", "100%"])
+    frac = c.get("end_to_end_fraction")
+    return out + [_md_table(["part", "core ms per env step", "measured in", "share"], rows), "",
+                  f"Ceiling: {c['cores']} cores / {fmt(c['total_ms'], 3)} ms = "
+                  f"**{fmt(c['env_steps_per_s'])} env steps/s**; end to end reaches "
+                  + (f"**{fmt_pct(frac)}** of it." if frac is not None else "— (not run)."), ""]
 
 
 def render_markdown(result: dict) -> str:
@@ -115,6 +150,7 @@ def render_markdown(result: dict) -> str:
     b = result["bottleneck"]
     out += ["## Bottleneck", "",
             f"**{RUNG_TITLES.get(b.get('rung'), '—')}** — {b.get('why')}.", ""]
+    out += _ceiling_md(result)
     if result["targets"]:
         out += ["## Targets", "",
                 _md_table(["target", "wanted", "measured", "status", "bottleneck rung", "why"],
@@ -152,6 +188,18 @@ def render_console(result: dict) -> str:
         lines.append(f"{'':<20} {'':>14}  {r['detail']}")
     lines.append(f"bottleneck: {RUNG_TITLES.get(result['bottleneck'].get('rung'), '—')} — "
                  f"{result['bottleneck'].get('why')}")
+    c = result.get("compute_ceiling") or {}
+    if "env_steps_per_s" in c:
+        frac = c.get("end_to_end_fraction")
+        lines.append(f"compute-bound ceiling: {fmt(c['env_steps_per_s'])} env steps/s = "
+                     f"{c['cores']} cores / (env {c['env_ms']:.3f} + act {c['act_ms']:.3f} + "
+                     f"learn {c['learn_ms']:.3f} ms per env step); end to end "
+                     + (f"{frac:.0%} of it" if frac is not None else "not run"))
+    else:
+        lines.append(f"compute-bound ceiling: not computed (missing {c.get('missing')})")
+    phys = result.get("raw_env_over_physics")
+    if phys is not None:
+        lines.append(f"raw env per core-second: {phys:.0%} of physics only")
     for t in result["targets"]:
         lines.append(f"target {t['name']} {t['target']}: "
                      f"{fmt(t['value'], UNIT_DIGITS.get(t['unit'], 1))} {t['unit']} "

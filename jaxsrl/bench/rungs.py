@@ -17,12 +17,12 @@ from typing import Callable
 
 import numpy as np
 
-from jaxsrl.bench import (agentfns, end_to_end, inference, learner, offpolicy, raw_env, replay,
-                          transport)
+from jaxsrl.bench import (agentfns, end_to_end, inference, learner, offpolicy, physics, raw_env,
+                          replay, transport)
 from jaxsrl.bench.load import LoadMeter
 from jaxsrl.bench.memory import MemorySampler
 
-RUNGS = ("raw_env", "transport", "inference", "learner", "end_to_end", "scaling", "replay")
+RUNGS = ("raw_env", "physics", "transport", "inference", "learner", "end_to_end", "scaling", "replay")
 #: valid in ``--rungs`` but not run by default (their own configs, minutes each)
 OPT_IN_RUNGS = ("offpolicy",)
 
@@ -32,7 +32,7 @@ class Options:
     """How long and how wide to measure (``--quick`` shrinks everything)."""
 
     rung_s: float = 5.0
-    """Measured seconds of rungs 1-4 and 7 (each)."""
+    """Measured seconds of rungs 1-4 and 7 (each; rung 1b: CPU-seconds)."""
     warmup_s: float = 1.0
     """Seconds of warm-up before rung 3's window (after every actor produced a segment)."""
     e2e_measure_s: float = 12.0
@@ -100,6 +100,10 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
     if "raw_env" in opts.rungs:
         rungs["raw_env"] = _guard("rung 1, raw environment", lambda: raw_env.measure(
             cfg.env, cfg.env_kwargs, layout, cfg.ring_size, opts.rung_s, cfg.seed), log)
+
+    if "physics" in opts.rungs:
+        rungs["physics"] = _guard("rung 1b, physics only", lambda: physics.measure(
+            cfg.env, cfg.env_kwargs, opts.rung_s, cfg.seed), log)
 
     if "transport" in opts.rungs:
         def transport_rung():

@@ -118,7 +118,8 @@ def rerender(json_path: str, md_path: str) -> int:
     """Recompute the derived parts of a JSON report and rewrite its Markdown."""
     with open(json_path) as f:
         result = json.load(f)
-    for key in ("table", "bottleneck", "targets", "memory", "scaling"):
+    for key in ("table", "bottleneck", "targets", "memory", "scaling", "compute_ceiling",
+                "raw_env_over_physics"):
         result.pop(key, None)
     report.finalize(result)
     report_render.write(result, json_path if os.path.abspath(json_path) != os.devnull else None,

@@ -3,7 +3,8 @@
 The trainer (``jaxsrl/workers/learner/trainer.py``) and the buffer process
 (``jaxsrl/workers/buffer/``) take segments from actors they do not trust. A message is
 admitted when it is a ``segment`` of the run's schema
-(:func:`jaxsrl.streams.segment.segment_schema`) with 1..``max_rows`` rows, from a live
+(:func:`jaxsrl.streams.segment.segment_schema`; final observations sparse, rebuilt dense
+by :func:`jaxsrl.streams.segment.dense_segment`, or dense) with 1..``max_rows`` rows, from a live
 run of a known actor (:class:`~jaxsrl.streams.admission.ActorTable`), with
 ``env_steps`` in ``0..rows*T`` and action versions in ``0..version + version_slack``
 (``version``: the newest learner version the receiver knows). A malformed message is
@@ -31,6 +32,7 @@ import numpy as np
 from jaxsrl.streams import wire
 from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, nonfinite_arrays
 from jaxsrl.streams.episodes import EpisodeFilter
+from jaxsrl.streams.segment import dense_segment, is_final
 
 TIMING_KEYS = ("env_s", "wait_s")
 _NOT_FLOAT = ("action", "terminated", "truncated", "version", "valid")
@@ -73,6 +75,8 @@ class SegmentGate:
         self.version_slack, self.version = version_slack, 0
         self.nonfinite_error = nonfinite_error
         row_bytes = [math.prod(s.shape[1:]) * np.dtype(s.dtype).itemsize for s in schema.values()]
+        if any(is_final(k) for k in schema):  # sparse final obs: at most T int32 indices a row
+            row_bytes.append(T * 4)
         if max_rows is None:
             self.max_bytes, self.max_frame_bytes = wire.DEFAULT_MAX_BYTES, -1
         else:
@@ -83,7 +87,8 @@ class SegmentGate:
         self.episodes = EpisodeFilter()
 
     def validate(self, frames: list) -> wire.Message:
-        """Decode and check one message (the rules of the module docstring).
+        """Decode and check one message (the rules of the module docstring); a sparse
+        segment's final observations come back dense (``msg.arrays`` as the schema has it).
 
         Raises:
           WireError (its ``StaleRunError`` for a previous run's message): why it is refused.
@@ -92,7 +97,8 @@ class SegmentGate:
         if msg.kind != "segment":
             raise wire.WireError(f"expected a 'segment', got kind {msg.kind!r}")
         actor = self.table.check(msg.meta) if self.table is not None else None
-        n = wire.check_rows(msg.arrays, self.schema, "segment")
+        arrays, n = dense_segment(msg.arrays, self.schema, "segment")
+        msg = msg._replace(arrays=arrays)
         if n == 0 or (self.max_rows is not None and n > self.max_rows):
             raise wire.WireError(f"segment of {n} rows; {self.name} takes 1..{self.max_rows}")
         env_steps = msg.meta.get("env_steps", 0)

@@ -15,9 +15,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TINY = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=4", "--segment_length=8",
         "--batch_segments=4", "--ppo.hidden_sizes", "16", "16"]
 RUNG_KEYS = {
-    "raw_env": {"env_steps_per_s", "env_steps_per_s_per_process", "peak_rss_mib"},
+    "raw_env": {"env_steps_per_s", "env_steps_per_s_per_process", "peak_rss_mib",
+                "env_steps_per_core_s", "env_core_ms_per_step"},
     "transport": {"round_trips_per_s", "mb_per_s", "request_bytes", "latency_us_p99"},
-    "learner": {"samples_per_s", "samples_per_s_per_device", "update_ms_p50"},
+    "learner": {"samples_per_s", "samples_per_s_per_device", "update_ms_p50",
+                "core_ms_per_env_step"},
     "end_to_end": {"env_steps_per_s", "updates_per_s", "memory"},
     "replay": {"uniform", "prioritised"},
 }
@@ -42,12 +44,20 @@ def test_quick_bench_writes_a_well_formed_report(tmp_path):
         assert keys <= set(rungs[name]), (name, rungs[name])
     (inference,) = rungs["inference"]  # quick: the layout's actor count only
     assert "error" not in inference, inference
-    assert {"env_steps_per_s", "batch_rows_mean", "latency_ms_p50", "latency_ms_p99"} <= set(inference)
+    assert {"env_steps_per_s", "batch_rows_mean", "latency_ms_p50", "latency_ms_p99",
+            "server_core_ms_per_env_step"} <= set(inference)
+    assert "not a MuJoCo env" in rungs["physics"]["not_applicable"]  # CartPole: rung 1b is n/a
+    bound = result["compute_ceiling"]  # cores / (env + act + learn), end to end against it
+    assert bound["cores"] == result["machine"]["cores"] and bound["env_steps_per_s"] > 0
+    assert bound["env_ms"] == rungs["raw_env"]["env_core_ms_per_step"]
+    assert bound["end_to_end_fraction"] == (rungs["end_to_end"]["env_steps_per_s"]
+                                            / bound["env_steps_per_s"])
+    assert result["raw_env_over_physics"] is None
     (point,) = rungs["scaling"]
     assert point["num_actors"] == 1 and point["env_steps_per_s"] > 0
 
     assert [r["rung"] for r in result["table"]] == [
-        "1. raw environment", "2. transport", "3. inference", "4. learner only",
+        "1. raw environment", "1b. physics only", "2. transport", "3. inference", "4. learner only",
         "5. end to end", "6. scaling", "7. replay buffer", "7. replay buffer"]
     assert {"insert_items_per_s", "sample_items_per_s"} <= set(rungs["replay"]["uniform"])
     assert "learn_cycle_items_per_s" in rungs["replay"]["prioritised"]
@@ -58,7 +68,8 @@ def test_quick_bench_writes_a_well_formed_report(tmp_path):
     assert {"accelerator", "actor", "raw_env"} <= set(result["memory"])
 
     md = out_md.read_text()
-    for heading in ("# Benchmarks", "## Machine", "## Ladder", "## Bottleneck", "## Targets",
+    for heading in ("# Benchmarks", "## Machine", "## Ladder", "## Bottleneck",
+                    "## Compute-bound ceiling", "## Targets",
                     "## Scaling", "## Peak memory", "## How each rung is measured"):
         assert heading in md
     assert "| rung | what | measured |" in md and result["machine"]["command"] in md
@@ -105,3 +116,14 @@ def test_quick_runs_write_into_docs_only_when_asked(tmp_path):
                                       os.path.join(docs, "benchmarks.md"))
     asked = cli.parser().parse_args(["--quick", f"--out_md={tmp_path / 'q.md'}"])
     assert cli.report_paths(asked) == ("", str(tmp_path / "q.md"))
+
+
+def test_physics_rung_runs_quick_for_mujoco_envs():
+    """Rung 1b steps the env's own MuJoCo model (hide-and-seek through its own bench,
+    HalfCheetah through env.unwrapped); CartPole has none."""
+    from jaxsrl.bench import physics
+
+    for env in ("HalfCheetah-v5", "hide_and_seek"):
+        out = physics.measure(env, {}, duration_s=0.05)
+        assert out["physics_steps_per_core_s"] > 0 and out["substeps_per_env_step"] > 1, out
+    assert "not_applicable" in physics.measure("CartPole-v1", {}, duration_s=0.05)

@@ -14,6 +14,7 @@ import pytest
 import zmq
 
 from jaxsrl.streams import wire
+from jaxsrl.streams.segment import pack_final_obs
 from test_faults_helpers import (MAX_ROWS, T, Servers, ask, client, request, segment,
                                  segment_arrays, wait_counter, wait_for)
 
@@ -108,7 +109,37 @@ def _segment_with(**changes):
     return segment(arrays=arrays)
 
 
+def _sparse_with(**changes):
+    """A sparse-final_obs segment (as actors send it; steps (0, 1) and (1, 3) truncated)
+    with ``changes`` applied after packing."""
+    arrays = segment_arrays(2)
+    arrays["truncated"] = arrays["truncated"].copy()
+    arrays["truncated"][0, 1] = arrays["truncated"][1, 3] = True
+    arrays = pack_final_obs(arrays)
+    arrays.update(changes)
+    return segment(arrays=arrays)
+
+
 BAD_SEGMENTS = {
+    "sparse index out of range": (_sparse_with(final_index=np.array([1, 2 * T], np.int32)),
+                                  f"final_index values 1..{2 * T} outside 0..{2 * T - 1}"),
+    "sparse negative index": (_sparse_with(final_index=np.array([-1, T + 3], np.int32)),
+                              "final_index values -1"),
+    "sparse index not the truncated steps": (
+        _sparse_with(final_index=np.array([1, 2], np.int32)),
+        "final_index lists 2 steps, not the 2 truncated steps"),
+    "sparse index misses a truncated step": (
+        _sparse_with(final_index=np.array([1], np.int32), final_obs=np.zeros((1, 3), np.float32)),
+        "final_index lists 1 steps, not the 2 truncated steps"),
+    "sparse index wrong dtype": (_sparse_with(final_index=np.array([1, T + 3], np.int64)),
+                                 "'final_index': dtype int64"),
+    "sparse index wrong shape": (_sparse_with(final_index=np.array([[1], [T + 3]], np.int32)),
+                                 "'final_index': shape"),
+    "sparse final_obs and index disagree": (
+        _sparse_with(final_obs=np.zeros((3, 3), np.float32)), "final_obs arrays disagree"),
+    "sparse final_obs of a wrong shape": (
+        _sparse_with(final_obs=np.zeros((2, 4), np.float32)), "'final_obs': shape"),
+
     "random bytes": ([b"\xc1\x00 not msgpack"], "not valid msgpack"),
     "truncated buffer": (_truncated(segment()), "bytes received"),
     "unknown key": (_segment_with(extra=np.zeros(1, np.float32)), "unknown arrays \\['extra'\\]"),
@@ -195,4 +226,16 @@ def test_ping_marks_the_actor_alive_and_is_not_answered(servers):
     assert sock.poll(20_000)
     reply = wire.decode(sock.recv_multipart())  # the first reply: pings get none of their own
     assert reply.kind == "action" and reply.meta["group"] == 6 and not sock.poll(200)
+    sock.close()
+
+
+def test_sparse_segments_as_actors_send_them_are_learned(servers):
+    """Actors send final_obs for truncated steps only; the trainer takes them (no drop)."""
+    sock = client(servers.trainer.address, zmq.PUSH)
+    before = servers.counter("dropped_segments")
+    version = servers.store.get("p").version
+    for _ in range(2):
+        sock.send_multipart(_sparse_with())
+    wait_for(lambda: servers.store.get("p").version > version, 20, "an update")
+    assert servers.counter("dropped_segments") == before
     sock.close()

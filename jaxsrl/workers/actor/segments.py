@@ -50,7 +50,10 @@ class SegmentBuffer:
 
     def record(self, action, logp, version: int, reward, terminated, truncated, obs, final_obs,
                valid=None) -> bool:
-        """Store one step; returns True when the segment is full."""
+        """Store one step; returns True when the segment is full. ``final_obs`` (name ->
+        ``[rows, ...]``, or empty when no row was truncated) is kept for the truncated
+        rows only: :meth:`arrays` holds stale values at other steps, which the wire
+        encoding (``jaxsrl.streams.segment.pack_final_obs``) leaves out."""
         t = self.t
         if self.valid is not None:
             self.valid[:, t] = valid
@@ -62,8 +65,9 @@ class SegmentBuffer:
         self.truncated[:, t] = truncated
         for k, v in obs.items():
             self.obs[k][:, t + 1] = v
-        for k, v in final_obs.items():
-            self.final_obs[k][:, t] = v
+        if final_obs:  # only truncated steps' final observations are sent (pack_final_obs):
+            for k, v in final_obs.items():  # other steps keep stale values nobody reads
+                self.final_obs[k][truncated, t] = v[truncated]
         self.t += 1
         return self.t == self.T
 

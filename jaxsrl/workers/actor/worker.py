@@ -16,8 +16,10 @@ Messages (see ``docs/architecture.md``):
   -> inference: ``act``    meta {actor, run, group}; arrays obs..., carry/i...
   <- inference: ``action`` meta {group, version}; arrays action [n, ...], logp [n], carry/i...
   -> samples:   ``segment`` meta {actor, run, group, env_steps, episodes, timing, failovers};
-                arrays obs... [n, T+1, ...], final_obs... [n, T, ...], action, reward,
-                terminated, truncated, logp, version [n, T], carry/i... [n, ...], and
+                arrays obs... [n, T+1, ...], final_obs... [K, ...] with final_index [K]
+                int32 (only the K truncated steps, row * T + t: jaxsrl.streams.segment.
+                pack_final_obs), action, reward, terminated, truncated, logp,
+                version [n, T], carry/i... [n, ...], and
                 valid [n, T] (False on idle steps) from groups whose rows can be idle
                 (``jaxsrl.envs.env_has_idle_rows``: multi-agent envs; single-agent ones send none)
 
@@ -78,6 +80,7 @@ from jaxsrl.envs import env_has_idle_rows, make_actor_env
 from jaxsrl.streams import security, wire
 from jaxsrl.streams.spaces import action_leaf
 from jaxsrl.streams.opponents import OPPONENT
+from jaxsrl.streams.segment import pack_final_obs
 from jaxsrl.workers.actor.opponents import SelfPlayDraws
 from jaxsrl.workers.actor.policy_stream import PolicyStream
 from jaxsrl.workers.actor.segments import EnvError, Group, take_rows
@@ -291,7 +294,7 @@ class Actor(Worker):
             buf = group.buffers[i]
             if buf.record(group.action[rows], group.logp[rows], group.version[i], step.reward[rows],
                           step.terminated[rows], step.truncated[rows], take_rows(step.obs, rows),
-                          take_rows(step.final_obs, rows),
+                          take_rows(step.final_obs, rows) if step.truncated[rows].any() else {},
                           None if step.valid is None else step.valid[rows]):
                 full.append(i)
         for i in range(len(self.streams)):
@@ -315,7 +318,7 @@ class Actor(Worker):
             if i == 0:
                 self.timing = {"env_s": 0.0, "wait_s": 0.0}
                 self.failovers = 0
-            self._push(self.streams[i], wire.encode("segment", arrays, meta))
+            self._push(self.streams[i], wire.encode("segment", pack_final_obs(arrays), meta))
         buf.start(take_rows(group.obs, group.rows[i]), group.carry[i])
 
     def _push(self, stream: PolicyStream, frames: list) -> None:
