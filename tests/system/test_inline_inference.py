@@ -1,13 +1,13 @@
 """``--inline_inference`` end to end: CartPole PPO trained by inline actors (each runs
 ``act`` itself with parameters from the learner's parameter stream; no inference
-server), as actor processes and as serial-mode threads, and the settings it refuses."""
+server), as actor processes and as serial-mode threads (the settings it refuses:
+``tests/unit/test_inline_config.py``)."""
 
 from __future__ import annotations
 
 import os
 
 import psutil
-import pytest
 
 from jaxsrl.experiment.config import load_config
 from jaxsrl.experiment.run_dir import RunDir
@@ -56,18 +56,3 @@ def test_inline_actors_feed_two_policies(tmp_path):
     assert all(record[f"policy_version/{p}"] >= 1 for p in ("a", "b"))
     for p in ("a", "b"):
         assert os.listdir(os.path.join(logdir, "checkpoints", p))
-
-
-@pytest.mark.parametrize("flags, match", [
-    (["--remote_inference"], r"--inline_inference runs act inside the actors: it starts no "
-                             r"inference server, so --remote_inference"),
-    (["--inference_servers=2"], r"inference_servers=2 does not apply with --inline_inference"),
-    (["--inference_deadline_ms=2"], r"inference_deadline_ms=2.0 does not apply"),
-    (["--env=hide_and_seek", "--config=configs/hide_and_seek_teams.toml",
-      "--config=configs/hide_and_seek_selfplay.toml"],
-     r"opponents.snapshot_every=4 does not work with --inline_inference"),
-])
-def test_what_inline_inference_cannot_do_is_a_one_line_error(flags, match):
-    with pytest.raises(ValueError, match=match) as info:
-        load_config([INLINE, *flags])
-    assert "\n" not in str(info.value)
