@@ -121,6 +121,9 @@ class InlineActor(Actor):
         self.beat()
         if time.monotonic() - self._last_status >= self.ping_interval_s:
             self._ping()
+        if not self._replies:  # every group waits on a reply the actor refused
+            raise RuntimeError("the agent's act gave replies the actor refused (see the "
+                               "'dropping unexpected reply' lines): wrong action, logp or carry shapes")
         return self._replies.popleft()
 
     def _ping(self) -> None:
