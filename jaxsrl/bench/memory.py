@@ -1,7 +1,8 @@
 """Peak resident memory per process kind, by sampling a process tree in a thread.
 
 Uses ``psutil`` when installed, else Linux ``/proc``. A process's kind comes from its
-command line: ``actor`` for ``jaxsrl.workers.actor.worker`` processes, ``raw_env`` for the
+command line: ``actor`` for ``jaxsrl.workers.actor.worker`` processes, ``inline_actor``
+for ``jaxsrl.workers.inline`` ones (``--inline_inference``: they import JAX), ``raw_env`` for the
 benchmark's environment processes, otherwise the name given for the root process
 (e.g. ``accelerator``). On Linux the peak is the kernel's own high-water mark
 (``VmHWM`` in ``/proc/<pid>/status``), read every ``interval_s``; the last reading of a
@@ -28,6 +29,8 @@ def kind_of(cmdline: list[str], root_kind: str) -> str:
     text = " ".join(cmdline)
     if "jaxsrl.workers.actor" in text:
         return "actor"
+    if "jaxsrl.workers.inline" in text:
+        return "inline_actor"
     if "jaxsrl.bench.raw_env" in text:
         return "raw_env"
     if "jaxsrl.bench.transport" in text:

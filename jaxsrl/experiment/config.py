@@ -28,6 +28,7 @@ import tyro
 from agents import AGENTS, get_agent
 from jaxsrl.envs import check_env_name
 from jaxsrl.experiment import config_layers as layers
+from jaxsrl.experiment import inline as inline_lib
 from jaxsrl.experiment import population as population_lib
 from jaxsrl.experiment import selfplay as selfplay_lib
 from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
@@ -76,9 +77,14 @@ class RunConfig:
     remote_inference: bool = False
     """Run each inference server in its own process (placed like actors), fed parameters
     over ZeroMQ PUB/SUB; False: threads of the learner process reading them on device."""
+    inline_inference: bool = False
+    """Run the policy inside each actor process (SRL's inline inference): actors call
+    ``act`` themselves with parameters from the learner's PUB/SUB parameter stream and
+    keep their rows' recurrent state; no inference server runs (``docs/architecture.md``,
+    "Inline inference")."""
     param_publish_interval_s: float = 0.0
-    """--remote_inference: least seconds between two parameter versions sent to the
-    servers (0: every version)."""
+    """--remote_inference or --inline_inference: least seconds between two parameter
+    versions sent to the servers or actors (0: every version)."""
     inference_failover_s: float = 5.0
     """--remote_inference: an actor whose server leaves a request unanswered this long
     re-sends it to the next server of its stream."""
@@ -261,6 +267,7 @@ class RunConfig:
         population_lib.check(self)
         flow = self.get_dataflow()
         selfplay_lib.check(self, flow)
+        inline_lib.check(self, flow)
         for worker in flow.policy_workers:
             if worker.launch_prefix and not self.remote_inference:
                 raise ValueError(f"policy worker {worker.name!r} has a launch_prefix, which needs "

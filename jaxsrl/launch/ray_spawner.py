@@ -24,6 +24,7 @@ from jaxsrl.core.paths import child_env
 from jaxsrl.launch.supervision import ComponentDied
 
 ACTOR_MODULE = "jaxsrl.workers.actor"
+INLINE_MODULE = "jaxsrl.workers.inline"  # --inline_inference: an actor that acts itself
 LEARNER_MODULE = "jaxsrl.workers.learner"
 NODE_IP_ENV = "JAXSRL_NODE_IP"  # handed to every hosted process: the address of its node
 START_TIMEOUT_S = 300.0  # a child not placed and started by then: the cluster lacks resources
@@ -170,4 +171,5 @@ def spawner_for(cfg: Any) -> RaySpawner:
     processes (``--num_learner_processes``) for what the accelerator process asks,
     anything else (remote inference servers) for one CPU."""
     learner = {"num_cpus": cfg.learner_cpus, "num_gpus": cfg.learner_gpus}
-    return RaySpawner({ACTOR_MODULE: {"num_cpus": cfg.actor_cpus}, LEARNER_MODULE: learner})
+    actor = {"num_cpus": cfg.actor_cpus}
+    return RaySpawner({ACTOR_MODULE: actor, INLINE_MODULE: actor, LEARNER_MODULE: learner})

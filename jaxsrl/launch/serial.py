@@ -36,6 +36,7 @@ import zmq
 
 from jaxsrl.experiment import events
 from jaxsrl.workers.actor import worker as actor_worker
+from jaxsrl.workers.inline import worker as inline_worker
 
 log = logging.getLogger("jaxsrl.launch.serial")
 
@@ -129,17 +130,20 @@ class ThreadSpawner:
 
         Raises:
           ValueError: a command prefix, extra environment variables, or a module other
-            than the actor worker (serial mode runs only actors as "child processes").
+            than the actor worker or the inline actor (``--inline_inference``; serial
+            mode runs only actors as "child processes").
         """
         if prefix:
             raise ValueError(f"serial mode cannot run a launch_prefix {list(prefix)}")
         if env:
             raise ValueError(f"serial mode cannot give a thread environment variables {sorted(env)}")
-        if len(argv) != 4 or argv[1] != "-m" or argv[2] != "jaxsrl.workers.actor":
+        runs = {"jaxsrl.workers.actor": actor_worker.run_actor,
+                "jaxsrl.workers.inline": inline_worker.run_inline_actor}
+        if len(argv) != 4 or argv[1] != "-m" or argv[2] not in runs:
             raise ValueError(f"serial mode runs actor workers only, not {argv[:3]}")
-        spec = json.loads(argv[3])
+        spec, run = json.loads(argv[3]), runs[argv[2]]
         handle = ThreadProcess(f"actor {spec['actor_id']}",
-                               lambda stop: actor_worker.run_actor(spec, self.context, stop), argv)
+                               lambda stop: run(spec, self.context, stop), argv)
         self.started = [h for h in self.started if h.running] + [handle]
         return handle
 

@@ -120,8 +120,13 @@ class ActorSupervisor:
         (its host or network failed). Otherwise a server died or stalled.
 
         Raises:
-          ComponentDied: a server it waited for died or stalled.
+          ComponentDied: a server it waited for died or stalled, or (an inline actor)
+            no parameters reached it.
         """
+        inline = a.spec.get("inline")
+        if inline:  # it waited for parameters, not for a server
+            raise ComponentDied(f"{a.name} got no parameters from {inline.get('param_address')} "
+                                f"in time: did the learner's parameter publisher stop?")
         addresses = sorted({s["inference_address"] for s in a.spec["streams"]})
         tried = {x for s in a.spec["streams"]
                  for x in s.get("inference_addresses") or [s["inference_address"]]}

@@ -23,12 +23,13 @@ import zmq
 from jaxsrl.core.agent import AgentFns, EnvSpec
 from jaxsrl.envs import env_has_idle_rows
 from jaxsrl.experiment import events
-from jaxsrl.experiment.agent_build import factory_of_run
+from jaxsrl.experiment.agent_build import agent_spec, factory_of_run
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.experiment.metrics import MetricsWriter, PolicyMetrics
 from jaxsrl.launch import serial
 from jaxsrl.launch.buffer_processes import BufferProcesses, shard_specs
 from jaxsrl.launch.control import Run
+from jaxsrl.launch.inline_params import InlineParameters
 from jaxsrl.launch.periodic_eval import PeriodicEvaluator
 from jaxsrl.launch.population import Population
 from jaxsrl.launch.processes import ChildProcess, local_spawner
@@ -45,6 +46,8 @@ from jaxsrl.workers.inference.policy import PolicyWorker
 from jaxsrl.workers.learner import replay_setup
 
 log = logging.getLogger("jaxsrl")
+#: the ``python -m`` modules of an actor process and of an inline actor process.
+ACTOR_MODULE, INLINE_MODULE = "jaxsrl.workers.actor", "jaxsrl.workers.inline"
 
 
 @dataclasses.dataclass
@@ -186,6 +189,9 @@ def start(run: Run, setup: AgentSetup) -> None:
         buffers.metrics_of = {s: run.trainers[s].metrics for s in buffers.streams()}
     run.selfplay = SelfPlay.of_run(run)  # opponent pools: None without [opponents]
     remote = _build_servers(run, setup)
+    inline = (InlineParameters(cfg, [t.policy for t in run.trainers.values()], run.store,
+                               run.metrics, run.table, run.context, run.bind_host,
+                               _server_keys(run)) if cfg.inline_inference else None)
     manager = (run.population.manager({t.policy: t for t in run.trainers.values()})
                if run.population else None)  # PBT over the members' trainers (before they start)
     run.workers = ([WorkerThread(t, Kind.TRAINER) for t in run.trainers.values()]
@@ -194,11 +200,12 @@ def start(run: Run, setup: AgentSetup) -> None:
                    + [WorkerThread(s, Kind.SERVER) for s in run.servers.values()]
                    + ([WorkerThread(remote, Kind.REMOTE_SERVERS)] if remote else [])
                    + ([WorkerThread(buffers, Kind.WATCH)] if buffers else [])
+                   + ([WorkerThread(inline, Kind.WATCH)] if inline else [])
                    + [WorkerThread(w, Kind.WATCH) for w in run.placement.watchers()])
     run.writer = MetricsWriter(run.logdir)
     _start_workers(run)
     run.seed_base = cfg.seed + run.metrics.env_steps
-    _build_actors(run, setup, remote, buffers)
+    _build_actors(run, setup, remote, buffers, inline)
     for a in run.actors:
         a.start()
     run.evaluator = PeriodicEvaluator(run.logdir, cfg.eval_every, cfg.eval_episodes)
@@ -273,8 +280,10 @@ def _build_trainers(run: Run, setup: AgentSetup, buffers: BufferProcesses | None
 
 def _build_servers(run: Run, setup: AgentSetup) -> RemoteInferenceServers | None:
     """The inference servers: local policy workers (threads), or with
-    ``--remote_inference`` their supervisor (returned)."""
+    ``--remote_inference`` their supervisor (returned); none with ``--inline_inference``."""
     cfg, flow = run.cfg, run.flow
+    if cfg.inline_inference:
+        return None
     stream_rows: dict[str, int] = {}  # every server of a stream can take all its actors
     for i, p in enumerate(flow.policy_workers):
         rows = sum(a.count * envs_of(cfg, a) * setup.rows_per_env(team) for a in flow.actors
@@ -312,18 +321,26 @@ def _start_workers(run: Run) -> None:
 
 
 def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | None,
-                  buffers: BufferProcesses | None = None) -> None:
-    """One :class:`ChildProcess` per actor of every actor group (not started)."""
+                  buffers: BufferProcesses | None = None,
+                  inline: InlineParameters | None = None) -> None:
+    """One :class:`ChildProcess` per actor of every actor group (not started); with
+    ``inline`` (``--inline_inference``), inline actors (``jaxsrl.workers.inline``) fed
+    by its parameter stream, whose streams name no inference server."""
     cfg, keys = run.cfg, run.keys
-    assigner = Assigner({p.inference_stream: remote.addresses(p.inference_stream) if remote else
-                         [run.servers[n].address for n in server_names(p.name, p.count)]
-                         for p in run.flow.policy_workers}, fallbacks=remote is not None)
+    assigner = None if inline else Assigner(
+        {p.inference_stream: remote.addresses(p.inference_stream) if remote else
+         [run.servers[n].address for n in server_names(p.name, p.count)]
+         for p in run.flow.policy_workers}, fallbacks=remote is not None)
+    inline_spec = None if inline is None else {
+        **agent_spec(cfg), "param_address": inline.param_address,
+        "status_address": inline.status_address,
+        "compilation_cache_dir": cfg.compilation_cache_dir}
     carry_spec = CarryCodec(setup.fns.initial_carry).spec()
     for a in run.flow.actors:
         for k in range(a.count):
             idx = len(run.actors)
             streams = [{"policy": run.trainers[sample].policy, "team": team,
-                        **assigner.next(inference),  # its server (and fallbacks)
+                        **(assigner.next(inference) if assigner else {}),  # its server(s)
                         "sample_address": run.placement.sample_address(
                             idx, buffers.sample_address(sample, idx)
                             if buffers and sample in buffers.streams()
@@ -342,7 +359,9 @@ def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | 
                     "timeout_s": cfg.actor_timeout_s, "failover_s": cfg.inference_failover_s,
                     "parent_pid": os.getpid(), "error_file": error_file,
                     "curve_server_key": keys.server_public.decode() if keys else None,
-                    "opponents": run.selfplay.actor_spec() if run.selfplay else None}
+                    "opponents": run.selfplay.actor_spec() if run.selfplay else None,
+                    "inline": inline_spec}
             run.actors.append(ChildProcess(f"{a.name}[{k}]", spec, table=run.table,
                                            env=keys.client_env(idx) if keys else None,
-                                           prefix=tuple(a.launch_prefix), spawner=run.spawner))
+                                           prefix=tuple(a.launch_prefix), spawner=run.spawner,
+                                           module=INLINE_MODULE if inline else ACTOR_MODULE))

@@ -91,8 +91,11 @@ class ParamSubscriber(Worker):
         if self._thread is not None:
             self._thread.join(10)
 
-    def _run(self) -> None:
-        """Receive until ``stop`` is set (``run()`` calls this; errors end up in ``error``)."""
+    def connect(self) -> zmq.Socket:
+        """A SUB socket connected to the publisher, subscribed to this policy's topic (and
+        the actor table's if ``on_actor_runs`` is given), for a caller that polls it
+        itself and passes each message to :meth:`handle` (an inline actor, between two
+        steps); the thread of :meth:`start` uses one too. The caller closes it."""
         topics = [topic(self.policy)] + ([ACTORS_TOPIC] if self._on_actor_runs is not None else [])
         sock = open_socket(
             self._context, zmq.SUB,
@@ -103,6 +106,15 @@ class ParamSubscriber(Worker):
             curve_client=self._curve, subscribe=topics)
         try:
             sock.connect(self.address)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _run(self) -> None:
+        """Receive until ``stop`` is set (``run()`` calls this; errors end up in ``error``)."""
+        sock = self.connect()
+        try:
             self.ready.set()
             self.start_serving()
             while not self.stop.is_set():

@@ -1,6 +1,7 @@
 """One policy's streams as an actor holds them: a DEALER to its inference server (with
-the failover state, see ``jaxsrl/workers/actor/worker.py``), a PUSH to its learner, and
-which rows of a group it serves. No JAX here.
+the failover state, see ``jaxsrl/workers/actor/worker.py``; none for an inline actor,
+which acts itself), a PUSH to its learner, and which rows of a group it serves. No JAX
+here.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class PolicyStream:
         self.current = 0  # index of the server in use
         self.sample_address = spec.sample_address
         self._ctx, self._curve = ctx, curve
-        self.inference = self._connect(self.addresses[0])
+        self.inference = self._connect(self.addresses[0]) if self.addresses else None
         # Linger: a segment sent just before a clean stop still reaches the learner.
         self.samples = open_socket(ctx, zmq.PUSH, linger_ms=1000, send_hwm=spec.sample_hwm,
                                    send_buffer_bytes=spec.sample_sndbuf, curve_client=curve)
@@ -41,8 +42,8 @@ class PolicyStream:
         self.has_answered = False
 
     @property
-    def inference_address(self) -> str:
-        return self.addresses[self.current]
+    def inference_address(self) -> str | None:
+        return self.addresses[self.current] if self.addresses else None
 
     def _connect(self, address: str) -> zmq.Socket:
         sock = open_socket(self._ctx, zmq.DEALER, curve_client=self._curve)
@@ -72,5 +73,6 @@ class PolicyStream:
         return np.flatnonzero(np.asarray(env.row_team) == self.team)
 
     def close(self) -> None:
-        self.inference.close()
+        if self.inference is not None:
+            self.inference.close()
         self.samples.close()

@@ -26,7 +26,8 @@ class StreamSpec:
       policy: the policy's name.
       sample_address: its learner's sample socket (``tcp://host:port``).
       inference_addresses: its inference servers, the actor's own first, then the
-        fallbacks it fails over to (see ``jaxsrl/launch/topology.py``).
+        fallbacks it fails over to (see ``jaxsrl/launch/topology.py``); empty for an
+        inline actor (it acts itself: :mod:`jaxsrl.workers.inline`).
       team: the rows it serves: the agents of this team (``None``: every row).
       sample_hwm: segments queued on the sample socket before the actor blocks
         (backpressure; small, so a slow learner slows the actors).
@@ -43,20 +44,24 @@ class StreamSpec:
     sample_sndbuf: int = -1
 
     @property
-    def inference_address(self) -> str:
-        """The actor's own server."""
-        return self.inference_addresses[0]
+    def inference_address(self) -> str | None:
+        """The actor's own server (``None``: an inline actor's stream)."""
+        return self.inference_addresses[0] if self.inference_addresses else None
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "StreamSpec":
+    def from_dict(cls, data: Mapping, inline: bool = False) -> "StreamSpec":
         """From the JSON form (``inference_address`` alone, or ``inference_addresses``).
 
+        Args:
+          data: the JSON form.
+          inline: the stream of an inline actor, which needs no inference address.
+
         Raises:
-          ValueError: a key is missing or no inference address is given.
+          ValueError: a key is missing or (not ``inline``) no inference address is given.
         """
         addresses = tuple(data.get("inference_addresses") or
                           ([data["inference_address"]] if data.get("inference_address") else []))
-        if not addresses:
+        if not addresses and not inline:
             raise ValueError(f"actor stream spec has no inference_address: {dict(data)}")
         _check_keys(cls, {**data, "inference_addresses": addresses}, "actor stream spec")
         return cls(policy=data["policy"], sample_address=data["sample_address"],
@@ -99,6 +104,9 @@ class ActorSpec:
       opponents: self-play opponent pools (``{"p_latest": float}``,
         ``jaxsrl/workers/actor/opponents.py``), or ``None``.
       clip_actions: clip ``Box`` actions to the space's bounds (``--clip_actions``).
+      inline: inline inference (``--inline_inference``): what the actor needs to run the
+        policy itself (``param_address``, ``status_address``, the agent's spec keys; see
+        :mod:`jaxsrl.workers.inline`), or ``None``: its inference servers act.
     """
 
     actor_id: int
@@ -121,6 +129,7 @@ class ActorSpec:
     curve_server_key: str | None = None
     opponents: dict | None = None
     clip_actions: bool = True
+    inline: dict | None = None
 
     def __post_init__(self):
         if self.startup_timeout_s is None:
@@ -143,7 +152,8 @@ class ActorSpec:
         _check_keys(cls, data, "actor spec")
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known and v is not None}
-        values["streams"] = tuple(s if isinstance(s, StreamSpec) else StreamSpec.from_dict(s)
+        inline = bool(data.get("inline"))
+        values["streams"] = tuple(s if isinstance(s, StreamSpec) else StreamSpec.from_dict(s, inline)
                                   for s in data["streams"])
         values["carry_spec"] = tuple((n, d, tuple(s)) for n, d, s in data.get("carry_spec") or ())
         values["env_kwargs"] = dict(data.get("env_kwargs") or {})

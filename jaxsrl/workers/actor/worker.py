@@ -98,6 +98,10 @@ class LearnerTimeout(TimeoutError):
 class Actor(Worker):
     """The actor's event loop (see module docstring).
 
+    Inline inference (:class:`jaxsrl.workers.inline.worker.InlineActor`) subclasses it
+    and replaces the three places where it meets its inference servers:
+    :meth:`_send_request`, :meth:`_receive` and :meth:`_ping`.
+
     Args:
       spec: the launcher's spec (:class:`~jaxsrl.workers.actor.spec.ActorSpec` or its
         JSON form).
@@ -108,6 +112,9 @@ class Actor(Worker):
       ValueError: a bad spec.
       RuntimeError: the spec asks for CURVE but the keypair is not in the environment.
     """
+
+    #: whether this class acts itself (the spec's ``inline`` settings must match).
+    inline = False
 
     def __init__(self, spec: dict | ActorSpec, context: zmq.Context | None = None):
         spec = spec if isinstance(spec, ActorSpec) else ActorSpec.from_dict(spec)
@@ -130,10 +137,15 @@ class Actor(Worker):
         self.sample_timeout_s = spec.sample_timeout_s
         self.ping_interval_s = spec.ping_interval_s
         self._last_ping = 0.0
+        if bool(spec.inline) != self.inline:
+            raise ValueError("the spec asks for inline inference: run it with "
+                             "jaxsrl.workers.inline" if spec.inline else
+                             "an inline actor needs the spec's 'inline' settings")
         self.streams = [PolicyStream(s, ctx, curve) for s in spec.streams]
         self.poller = zmq.Poller()
         for s in self.streams:
-            self.poller.register(s.inference, zmq.POLLIN)
+            if s.inference is not None:
+                self.poller.register(s.inference, zmq.POLLIN)
         self._socket_stream = {s.inference: i for i, s in enumerate(self.streams)}
         n = spec.envs_per_group
         self.groups = []
@@ -343,14 +355,18 @@ class Actor(Worker):
                                      f"segment in time (sample_timeout_s={self.sample_timeout_s:g})")
             if now - self._last_ping >= self.ping_interval_s:
                 self._last_ping = now
-                meta = {"actor": self.actor_id, "run": self.run_id}
-                for s in self.streams:
-                    try:
-                        s.inference.send_multipart(wire.encode("ping", {}, meta), flags=zmq.NOBLOCK)
-                    except zmq.Again:
-                        pass
+                self._ping()
             self.beat()
             stream.samples.poll(min(1000, 1000 * max(0.0, deadline - now)), zmq.POLLOUT)
+
+    def _ping(self) -> None:
+        """Tell the inference servers this actor is alive while it waits on its learner."""
+        meta = {"actor": self.actor_id, "run": self.run_id}
+        for s in self.streams:
+            try:
+                s.inference.send_multipart(wire.encode("ping", {}, meta), flags=zmq.NOBLOCK)
+            except zmq.Again:
+                pass
 
     def close(self) -> None:
         for group in self.groups:
@@ -362,16 +378,18 @@ class Actor(Worker):
             s.close()
 
 
-def run_actor(spec: dict, context: zmq.Context | None = None, stop: Any = None) -> int:
+def run_actor(spec: dict, context: zmq.Context | None = None, stop: Any = None,
+              actor_class: type | None = None) -> int:
     """Build and run one actor until it stops; returns its exit code (module docstring).
 
     The body of an actor process (:func:`main`), and of an actor thread in serial mode
     (``context``: the run's ZeroMQ context; ``stop``: an event that ends the actor within
-    100 ms of a blocking wait). Errors other than the ones with an exit code propagate.
+    100 ms of a blocking wait); ``actor_class``: :class:`Actor` or a subclass (the inline
+    actor). Errors other than the ones with an exit code propagate.
     """
     actor = None
     try:
-        actor = Actor(spec, context)
+        actor = (actor_class or Actor)(spec, context)
         if stop is not None:
             actor.stop = stop
         actor.run()

@@ -1,0 +1,58 @@
+"""``--inline_inference`` end to end: CartPole PPO trained by inline actors (each runs
+``act`` itself with parameters from the learner's parameter stream; no inference
+server), as actor processes and as serial-mode threads (the settings it refuses:
+``tests/unit/test_inline_config.py``)."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+from jaxsrl.experiment.config import load_config
+from jaxsrl.experiment.run_dir import RunDir
+from jaxsrl.launch.launcher import train
+from test_end_to_end import SMALL, TWO_POLICIES
+
+INLINE = "--inline_inference"
+
+
+def _intervals(logdir: str) -> list[dict]:
+    return RunDir(logdir).read_metrics(final=False)
+
+
+def test_inline_actor_processes_train_cartpole(tmp_path):
+    """Two inline actor processes (``python -m jaxsrl.workers.inline``) feed the learner:
+    it updates, its versions reach the actors (``param_lag/inline``), no server batches."""
+    logdir = str(tmp_path / "run")
+    record = train(load_config(SMALL + [INLINE, "--total_env_steps=6000", f"--logdir={logdir}"]))
+    assert record["env_steps"] >= 6000
+    assert record["policy_version"] >= 2  # the learner updated on inline actors' samples
+    records = _intervals(logdir)
+    assert any("episode_return_mean" in r for r in records)
+    assert any("param_lag/inline" in r for r in records)  # statuses of the actors arrived
+    assert not any("inference/batches" in r for r in records)  # no inference server ran
+    assert psutil.Process().children(recursive=True) == []
+
+
+def test_serial_inline_cartpole_learns(tmp_path):
+    """Serial mode (actors are threads acting in this process): CartPole learns."""
+    logdir = str(tmp_path / "run")
+    cfg = load_config(["--launcher=serial", INLINE, "--env=CartPole-v1", f"--logdir={logdir}",
+                       "--total_env_steps=400000", "--target_return=150", "--log_interval_s=1"])
+    record = train(cfg)
+    assert record["episode_return_mean"] >= 150, record
+    staleness = [r["staleness_mean"] for r in _intervals(logdir) if "staleness_mean" in r]
+    assert staleness and min(staleness) >= 0
+
+
+def test_inline_actors_feed_two_policies(tmp_path):
+    """A dataflow of two policies: each inline actor subscribes to its own policy."""
+    toml = tmp_path / "graph.toml"
+    toml.write_text(TWO_POLICIES)
+    logdir = str(tmp_path / "run")
+    record = train(load_config(SMALL + ["--launcher=serial", INLINE, f"--config={toml}",
+                                        "--total_env_steps=8000", f"--logdir={logdir}"]))
+    assert all(record[f"policy_version/{p}"] >= 1 for p in ("a", "b"))
+    for p in ("a", "b"):
+        assert os.listdir(os.path.join(logdir, "checkpoints", p))
