@@ -41,9 +41,11 @@ from jaxsrl.streams.params import ParameterStore, Versioned
 from jaxsrl.streams.sockets import bind, open_socket
 from jaxsrl.streams.spaces import obs_schema, unflatten_obs
 from jaxsrl.streams import opponents as opp
+from jaxsrl.workers.inference.batch import BatchBuffer, KeyStream
 
 log = logging.getLogger("jaxsrl.policy")
 _MAX_GROUP = 1 << 20
+_NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)  # plain ints: enum flags are slow
 
 
 def bucket_sizes(max_rows: int, multiple: int, smallest: int = 8) -> list[int]:
@@ -118,38 +120,46 @@ class PolicyWorker(Worker):
         self.buckets = bucket_sizes(max_rows, num_devices)
         self.max_rows = self.buckets[-1]
         self.host, self.deadline_s = host, deadline_ms / 1000.0
-        self._rng = jax.random.PRNGKey(seed)
         self.drops = DropLog(log, "request")
         # Largest valid request: max_rows rows of every array (header aside).
         row_bytes = {k: int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
                      for k, s in self._request_schema.items()}
         self.max_bytes = max(1, self.max_rows * sum(row_bytes.values()))
         self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, self.max_rows * max(row_bytes.values()))
-        self._pad = {b: {k: np.zeros((b,) + s.shape[1:], s.dtype) for k, s in self._schema.items()}
-                     for b in self.buckets}
+        self._keys = KeyStream(jax.random.PRNGKey(seed))
+        self._batch = BatchBuffer(self._request_schema, self.buckets)
+        self._inputs = {}  # bucket -> (obs tree, carry tree) viewing the batch buffer
+        for b in self.buckets:
+            view = self._batch.view(b)
+            self._inputs[b] = (unflatten_obs({k: view[k] for k in self._obs_names}),
+                               self._carry.to_tree(view))
+        self._replies = wire.SliceEncoder("action")
 
     # -- compute -----------------------------------------------------------------
     def warmup(self) -> None:
         """Compile ``act`` for every bucket size (blocks until parameters exist)."""
         params = self.store.wait_for(self.policy).params
+        key = self._keys.peek()  # the serving keys' type; the sequence is not advanced
         for b in self.buckets:
-            padded = self._pad[b]
-            out = self._act(params, unflatten_obs({k: padded[k] for k in self._obs_names}),
-                            self._carry.to_tree(padded), self._rng)
-            jax.block_until_ready(out)
+            jax.block_until_ready(self._act(params, *self._inputs[b], key))
 
-    def infer(self, named: dict, rows: int, versioned: Versioned | None = None) -> tuple[dict, int]:
-        """Run ``act`` on ``rows`` rows (obs and carry arrays) with ``versioned`` (default:
-        the newest parameters); returns reply arrays and the version."""
-        bucket = next(b for b in self.buckets if b >= rows)
-        padded = self._pad[bucket]
-        for k, v in named.items():
-            padded[k][:rows] = v
+    def infer(self, named: dict | None, rows: int, versioned: Versioned | None = None
+              ) -> tuple[dict, int]:
+        """Run ``act`` on ``rows`` rows with ``versioned`` (default: the newest parameters);
+        returns reply arrays (``[rows, ...]`` host arrays) and the version.
+
+        ``named`` (obs and carry arrays of ``rows`` rows) is copied to the batch buffer
+        first; ``None``: the serving loop already wrote the rows there. The rows are
+        padded to the smallest bucket (the padding rows hold whatever an earlier batch
+        left there; their outputs are dropped).
+        """
+        bucket = self._batch.bucket(rows)
+        if named is not None:
+            for k, v in named.items():
+                self._batch.arrays[k][:rows] = v
         versioned = versioned or self.store.get(self.policy)
-        self._rng, key = jax.random.split(self._rng)
-        action, carry, extras = self._act(
-            versioned.params, unflatten_obs({k: padded[k] for k in self._obs_names}),
-            self._carry.to_tree(padded), key)
+        obs, carry = self._inputs[bucket]
+        action, carry, extras = self._act(versioned.params, obs, carry, self._keys.next())
         out = {"action": action, "logp": extras["logp"], **self._carry.to_named(carry)}
         return {k: np.asarray(v)[:rows] for k, v in out.items()}, versioned.version
 
@@ -232,16 +242,16 @@ class PolicyWorker(Worker):
             sock.close()
 
     def _serve(self, sock: zmq.Socket) -> None:
+        batch, buf, recv = [], self._batch, sock.recv_multipart
         while not self.stop.is_set():
             self.beat()
             if not sock.poll(100):
                 continue
             t0 = time.perf_counter()
-            batch, rows = [], 0
             deadline = t0 + self.deadline_s
-            while rows < self.max_rows:
+            while buf.rows < self.max_rows:
                 try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                    frames = recv(_NOBLOCK)
                 except zmq.Again:
                     remaining = deadline - time.perf_counter()
                     if remaining > 0 and sock.poll(remaining * 1000):
@@ -256,25 +266,35 @@ class PolicyWorker(Worker):
                     drop_input(self.drops, self.name, exc, self.metrics, "dropped_requests",
                                "stale_run_requests_dropped")
                     continue
-                if rows + n > self.max_rows:  # answer it in the next call
-                    self._answer(sock, batch, rows)
-                    batch, rows = [], 0
-                batch.append((identity, meta, arrays, n))
-                rows += n
+                if buf.rows + n > self.max_rows:  # answer it in the next call
+                    self._answer(sock, batch)
+                    batch = []
+                # its rows go straight to the batch buffer (the frames are dropped now)
+                batch.append((identity, meta.get("group"), buf.add(arrays, n), n))
             if batch:
-                self._answer(sock, batch, rows)
+                self._answer(sock, batch)
+                batch = []
                 self.metrics.add_sample("inference/latency_ms", 1e3 * (time.perf_counter() - t0))
                 self.metrics.count("inference/batches")
 
-    def _answer(self, sock: zmq.Socket, batch: list, rows: int) -> None:
-        named = {k: np.concatenate([b[2][k] for b in batch]) if len(batch) > 1 else batch[0][2][k]
-                 for k in self._request_schema}
-        out, version = (self.infer(named, rows) if self._opponents is None
-                        else self._infer_versions(named, rows))
+    def _answer(self, sock: zmq.Socket, batch: list) -> None:
+        """Run the batch buffer's rows and send each request of ``batch`` (``(identity,
+        group, first row, rows)``) its slice; the buffer is empty afterwards."""
+        rows = self._batch.rows
+        try:
+            if self._opponents is None:
+                out, version = self.infer(None, rows)
+            else:
+                named = {k: a[:rows].copy() for k, a in self._batch.arrays.items()}
+                out, version = self._infer_versions(named, rows)
+        finally:
+            self._batch.clear()
         self.metrics.add_means({"inference/batch_rows": rows, "inference/requests": len(batch)})
-        start = 0
-        for identity, meta, _, n in batch:
-            reply = wire.encode("action", {k: v[start:start + n] for k, v in out.items()},
-                                {"group": meta.get("group"), "version": version})
-            sock.send_multipart([identity] + reply)
-            start += n
+        replies, send = self._replies, sock.send
+        replies.reset(out)
+        for identity, group, start, n in batch:
+            frames = replies.frames(start, n, {"group": group, "version": version})
+            send(identity, _SNDMORE)
+            for frame in frames[:-1]:
+                send(frame, _SNDMORE)
+            send(frames[-1])
