@@ -134,6 +134,7 @@ class PolicyWorker(Worker):
             self._inputs[b] = (unflatten_obs({k: view[k] for k in self._obs_names}),
                                self._carry.to_tree(view))
         self._replies = wire.SliceEncoder("action")
+        self._decoder = wire.SchemaDecoder(self._request_schema, self.max_bytes, "observation")
 
     # -- compute -----------------------------------------------------------------
     def warmup(self) -> None:
@@ -205,7 +206,8 @@ class PolicyWorker(Worker):
             unknown or previous run; the serving loop drops and counts it.
         """
         identity, body = frames[0], frames[1:]
-        msg = wire.decode(body, max_bytes=self.max_bytes)
+        checked = self._decoder.decode(body)  # = wire.decode + wire.check_rows, cached
+        msg = checked.message
         if msg.kind == "ping" and not msg.arrays:  # an actor waiting on its learner: alive
             if self.actors is not None:
                 self.actors.seen(self.actors.check(msg.meta))
@@ -218,7 +220,7 @@ class PolicyWorker(Worker):
         if type(group) is not int or not 0 <= group < _MAX_GROUP:  # noqa: E721
             raise wire.WireError(f"meta 'group' must be a small non-negative integer, got {group!r}")
         actor = self.actors.check(msg.meta) if self.actors is not None else None
-        n = wire.check_rows(msg.arrays, self._request_schema, "observation")
+        n = checked.require_rows()
         if not 0 < n <= self.max_rows:
             raise wire.WireError(f"request of {n} rows; this server takes 1..{self.max_rows}")
         if actor is not None:
