@@ -15,8 +15,8 @@ rows-per-request size the window of ``duration_s`` (after ``warmup_s``) gives:
   main thread sleeps); ``server_cores`` = that / wall seconds;
 * ``rows_per_server_core_s`` = rows / ``server_cpu_s`` (rows/s per server core) and
   ``cpu_us_per_request`` = 1e6 x ``server_cpu_s`` / requests: what the issue measures;
-* ``policy_thread_share``: the policy thread's share of ``server_cpu_s`` (psutil's
-  per-thread times), ``client_cores``: the fake actors' CPU per wall second, and the
+* ``cpu_us_per_request_by_thread``: that split by thread kind (psutil's per-thread times:
+  ``policy`` thread, ``zmq`` I/O, ``xla`` pool, ``other``), ``client_cores``: the fake actors' CPU per wall second, and the
   server's batch means (``inference/batch_rows``, ``inference/requests``).
 
 On a shared machine the rates vary with the other load; the CPU figures much less.
@@ -70,11 +70,21 @@ def _cpu_s() -> float:
     return time.process_time()  # every thread of this process, ns resolution
 
 
-def _thread_cpu_s(native_id: int) -> float:
+def _threads_cpu_s(policy_tid: int) -> dict:
+    """CPU seconds of this process's threads by kind: ``policy`` (the policy worker's
+    thread), ``zmq`` (ZeroMQ's I/O and reaper threads), ``xla`` (XLA's Eigen pool),
+    ``other`` (the rest: JAX's own threads, the main thread)."""
+    out = {"policy": 0.0, "zmq": 0.0, "xla": 0.0, "other": 0.0}
     for t in psutil.Process().threads():
-        if t.id == native_id:
-            return t.user_time + t.system_time
-    return 0.0
+        try:
+            with open(f"/proc/self/task/{t.id}/comm") as f:
+                comm = f.read().strip()
+        except OSError:  # the thread ended
+            comm = ""
+        kind = ("policy" if t.id == policy_tid else "zmq" if comm.startswith("ZMQbg")
+                else "xla" if "XLA" in comm else "other")
+        out[kind] += t.user_time + t.system_time
+    return out
 
 
 def _ask(proc: subprocess.Popen, line: str | None = None) -> dict:
@@ -102,10 +112,10 @@ def _point(worker: PolicyWorker, thread: threading.Thread, metrics: MetricsAccum
         time.sleep(warmup_s)
         metrics.snapshot(1.0)  # a fresh interval of batch means
         c0, t0, cpu0, th0 = _ask(proc, "count"), time.perf_counter(), _cpu_s(), \
-            _thread_cpu_s(thread.native_id)
+            _threads_cpu_s(thread.native_id)
         time.sleep(duration_s)
         c1, t1, cpu1, th1 = _ask(proc, "count"), time.perf_counter(), _cpu_s(), \
-            _thread_cpu_s(thread.native_id)
+            _threads_cpu_s(thread.native_id)
         record = metrics.snapshot(t1 - t0)
         proc.stdin.write("stop\n")
         proc.stdin.flush()
@@ -127,7 +137,8 @@ def _point(worker: PolicyWorker, thread: threading.Thread, metrics: MetricsAccum
         "server_cores": cpu / seconds,
         "rows_per_server_core_s": requests * rows / cpu,
         "cpu_us_per_request": 1e6 * cpu / max(requests, 1),
-        "policy_thread_share": (th1 - th0) / cpu,
+        "cpu_us_per_request_by_thread": {k: 1e6 * (th1[k] - th0[k]) / max(requests, 1)
+                                         for k in th0},
         "client_cores": (c1["cpu_s"] - c0["cpu_s"]) / seconds,
         "batch_rows_mean": record.get("inference/batch_rows"),
         "requests_per_batch_mean": record.get("inference/requests"),

@@ -21,7 +21,8 @@ from jaxsrl.streams import security
 def open_socket(context: zmq.Context | None, kind: int, *, linger_ms: int = 0,
                 send_hwm: int | None = None, recv_hwm: int | None = None,
                 send_buffer_bytes: int | None = None, recv_buffer_bytes: int | None = None,
-                max_frame_bytes: int | None = None, curve_server: tuple | None = None,
+                max_frame_bytes: int | None = None, recv_timeout_ms: int | None = None,
+                curve_server: tuple | None = None,
                 curve_client: tuple | None = None, subscribe: Sequence[bytes] = ()
                 ) -> zmq.Socket:
     """A new socket of ``kind`` (``zmq.PUSH``, ``zmq.ROUTER``, ...), options set, not yet
@@ -36,6 +37,8 @@ def open_socket(context: zmq.Context | None, kind: int, *, linger_ms: int = 0,
         of the socket's TCP connections (``None`` or -1: the OS default, autotuned).
       max_frame_bytes: frames larger than this disconnect the peer before they are
         buffered (``None``, or -1: no cap).
+      recv_timeout_ms: a blocking receive raises ``zmq.Again`` after this long (``None``
+        or -1: it waits for ever).
       curve_server: ``(public, secret)`` z85 keys: the socket is a CURVE server.
       curve_client: ``(server_public, public, secret)`` z85 keys (bytes or text): the
         socket is a CURVE client of that server.
@@ -58,6 +61,8 @@ def open_socket(context: zmq.Context | None, kind: int, *, linger_ms: int = 0,
         sock.setsockopt(zmq.RCVBUF, int(recv_buffer_bytes))
     if max_frame_bytes is not None:
         sock.setsockopt(zmq.MAXMSGSIZE, int(max_frame_bytes))
+    if recv_timeout_ms is not None:
+        sock.setsockopt(zmq.RCVTIMEO, int(recv_timeout_ms))
     if curve_server is not None:
         security.make_server(sock, *curve_server)
     if curve_client is not None:

@@ -35,6 +35,7 @@ _MAX_NDIM = 8
 #: the allowed dtypes, looked up once (``np.dtype(name)`` parses its argument every call).
 _DTYPES = {name: np.dtype(name) for name in ALLOWED_DTYPES}
 _ITEMSIZE = {name: d.itemsize for name, d in _DTYPES.items()}
+_NAME_OF = {d: name for name, d in _DTYPES.items()}
 
 
 class WireError(ValueError):
@@ -118,13 +119,14 @@ class SliceEncoder:
         """
         layout, rows = [], []
         for name, value in arrays.items():
-            arr = np.asarray(value)
+            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
             if arr.ndim == 0:
                 raise WireError(f"array {name!r} has no rows to slice")
-            dtype = arr.dtype.name
+            dtype = _NAME_OF.get(arr.dtype) or arr.dtype.name  # (``.name`` is slow)
             if dtype not in ALLOWED_DTYPES:
                 raise WireError(f"array {name!r} has dtype {arr.dtype} which is not allowed on the wire")
-            arr = np.ascontiguousarray(arr)
+            if not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr)
             layout.append((name, dtype, arr.shape[1:]))
             # one row of bytes per row (None: no bytes at all, e.g. a [rows, 0] array)
             rows.append(arr.reshape(arr.shape[0], -1).view(np.uint8) if arr.size else None)
@@ -134,11 +136,13 @@ class SliceEncoder:
             self._layout = layout
         self._rows = rows
 
-    def frames(self, start: int, n: int, meta: Mapping[str, Any]) -> list:
+    def frames(self, start: int, n: int, meta: Mapping[str, Any], key=None) -> list:
         """The frames of the message carrying rows ``start:start + n`` of every array (no
-        identity frame), with ``meta`` (plain data; its values hashable to be cached)."""
+        identity frame), with ``meta`` (plain data). Its header is cached under ``(n,
+        key)``: ``key`` (hashable) must identify ``meta`` (default: ``meta``'s items; not
+        cached if they are not hashable)."""
         try:
-            key = (n, *meta.items())
+            key = (n, tuple(meta.items()) if key is None else key)
             header = self._headers.get(key)
         except TypeError:  # an unhashable meta value: not cached
             key, header = None, None
@@ -149,7 +153,10 @@ class SliceEncoder:
                 if len(self._headers) >= self._max_cached:
                     self._headers.clear()
                 self._headers[key] = header
-        return [header, *(b"" if r is None else r[start:start + n] for r in self._rows)]
+        out = [header]
+        for r in self._rows:
+            out.append(b"" if r is None else r[start:start + n])
+        return out
 
 
 def _buffer(frame) -> memoryview:

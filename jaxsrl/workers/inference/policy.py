@@ -233,6 +233,7 @@ class PolicyWorker(Worker):
         """Serve until ``stop`` is set (``run()`` calls this; exceptions end up in ``error``)."""
         sock = open_socket(self._context, zmq.ROUTER,
                            max_frame_bytes=self.max_frame_bytes,  # bigger frames: disconnect
+                           recv_timeout_ms=100,  # the serving loop checks ``stop`` this often
                            curve_server=self._curve)
         try:
             self.address = bind(sock, self.host, self.port, self.name)
@@ -247,37 +248,42 @@ class PolicyWorker(Worker):
         batch, buf, recv = [], self._batch, sock.recv_multipart
         while not self.stop.is_set():
             self.beat()
-            if not sock.poll(100):
+            try:
+                frames = recv()  # waits 100 ms at most (the socket's receive timeout)
+            except zmq.Again:
                 continue
             t0 = time.perf_counter()
             deadline = t0 + self.deadline_s
-            while buf.rows < self.max_rows:
-                try:
-                    frames = recv(_NOBLOCK)
-                except zmq.Again:
-                    remaining = deadline - time.perf_counter()
-                    if remaining > 0 and sock.poll(remaining * 1000):
-                        continue
-                    break
+            while frames is not None:
                 try:
                     parsed = self.parse(frames)
-                    if parsed is None:  # a ping
-                        continue
-                    identity, meta, arrays, n = parsed
                 except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
                     drop_input(self.drops, self.name, exc, self.metrics, "dropped_requests",
                                "stale_run_requests_dropped")
-                    continue
-                if buf.rows + n > self.max_rows:  # answer it in the next call
-                    self._answer(sock, batch)
-                    batch = []
-                # its rows go straight to the batch buffer (the frames are dropped now)
-                batch.append((identity, meta.get("group"), buf.add(arrays, n), n))
+                    parsed = None
+                if parsed is not None:  # (None: a ping or a dropped request)
+                    identity, meta, arrays, n = parsed
+                    if buf.rows + n > self.max_rows:  # answer it in the next call
+                        self._answer(sock, batch)
+                        batch = []
+                    # its rows go straight to the batch buffer (the frames are dropped now)
+                    batch.append((identity, meta.get("group"), buf.add(arrays, n), n))
+                frames = self._next_request(sock, deadline) if buf.rows < self.max_rows else None
             if batch:
                 self._answer(sock, batch)
                 batch = []
                 self.metrics.add_sample("inference/latency_ms", 1e3 * (time.perf_counter() - t0))
                 self.metrics.count("inference/batches")
+
+    def _next_request(self, sock: zmq.Socket, deadline: float) -> list | None:
+        """A waiting request, or one that comes before ``deadline``; ``None`` if none."""
+        while True:
+            try:
+                return sock.recv_multipart(_NOBLOCK)
+            except zmq.Again:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0 or not sock.poll(remaining * 1000):
+                    return None
 
     def _answer(self, sock: zmq.Socket, batch: list) -> None:
         """Run the batch buffer's rows and send each request of ``batch`` (``(identity,
@@ -295,7 +301,8 @@ class PolicyWorker(Worker):
         replies, send = self._replies, sock.send
         replies.reset(out)
         for identity, group, start, n in batch:
-            frames = replies.frames(start, n, {"group": group, "version": version})
+            frames = replies.frames(start, n, {"group": group, "version": version},
+                                    (group, version))
             send(identity, _SNDMORE)
             for frame in frames[:-1]:
                 send(frame, _SNDMORE)
