@@ -259,51 +259,47 @@ class Checked(NamedTuple):
 
 class SchemaDecoder:
     """:func:`decode`, then :func:`check_rows` against one schema, for a server that
-    decodes many messages sharing a few array layouts (the same names, dtypes and shapes).
+    decodes many messages whose headers repeat (an actor's requests differ only in their
+    array bytes: the same kind, meta ids and array specs, hence the same header bytes).
 
-    Each distinct list of array specs (the header's ``arrays``) is checked in full the
-    first time, by :func:`decode` and :func:`check_rows` themselves, and remembered (the
-    ``max_known`` latest); a later message with an equal list (and shape entries that are
-    all ``int``: ``True == 1`` in Python) only has its header fields, frame count and
-    frame sizes checked, in the order :func:`decode` checks them. So every message gets
-    the same errors as from the two functions, at a fraction of their cost.
+    A header seen for the first time is checked in full, by :func:`decode` and
+    :func:`check_rows` themselves; the outcome (kind, meta, array layout, rows or the
+    schema's error) is remembered under the header's bytes (the ``max_known`` latest
+    distinct headers whose meta holds only scalars). A message with a remembered header only
+    has its frame count and frame sizes checked, in the order :func:`decode` checks
+    them: the same bytes give the same verdict, so every message gets exactly the errors
+    the two functions would raise, at a fraction of their cost.
 
     Args:
       expected: ``{name: ArraySpec}`` (as :func:`check_rows`).
       max_bytes: largest total array payload (as :func:`decode`).
       what: the arrays' name in errors (as :func:`check_rows`).
-      max_known: spec lists remembered.
+      max_known: distinct headers remembered (all are forgotten when that many are).
     """
 
     def __init__(self, expected: Mapping[str, ArraySpec], max_bytes: int = DEFAULT_MAX_BYTES,
-                 what: str = "message", max_known: int = 16):
+                 what: str = "message", max_known: int = 4096):
         self.expected, self.max_bytes, self.what = dict(expected), max_bytes, what
         self._max_known = max_known
-        self._known: list = []  # [(specs, [(name, dtype, shape, nbytes)], rows, error)], newest first
+        self._known: dict = {}  # header bytes -> (kind, meta, [(name, dtype, shape, nbytes)], rows, error)
 
     def decode(self, frames: Sequence) -> Checked:
-        """Decode and check one message.
+        """Decode and check one message (``meta`` is a fresh dict each time).
 
         Raises:
           WireError: as :func:`decode` (the schema's verdict is in the result).
         """
-        kind, meta, specs = _header(frames)
-        for i, (known, layout, rows, error) in enumerate(self._known):
-            if specs == known and all(type(d) is int for s in specs for d in s[2]):  # noqa: E721
-                break
-        else:
-            msg = decode(frames, self.max_bytes)  # the full check; raises what it raises
-            try:
-                rows, error = check_rows(msg.arrays, self.expected, self.what), None
-            except WireError as exc:
-                rows, error = None, str(exc)
-            layout = [(name, _DTYPES[dtype], tuple(shape), math.prod(shape) * _ITEMSIZE[dtype])
-                      for name, dtype, shape in specs]
-            self._known.insert(0, (specs, layout, rows, error))
-            del self._known[self._max_known:]
-            return Checked(msg, rows, error)
-        if i:
-            self._known.insert(0, self._known.pop(i))
+        if not frames:
+            raise WireError("empty message")
+        head = frames[0]
+        key = head if type(head) is bytes else bytes(_buffer(head))  # noqa: E721
+        entry = self._known.get(key)
+        if entry is None:
+            return self._first(key, frames)
+        kind, meta, layout, rows, error = entry
+        if len(layout) != len(frames) - 1:
+            raise WireError(f"header declares {len(layout)} arrays but {len(frames) - 1} "
+                            "buffers came")
         arrays = {}
         for (name, dtype, shape, nbytes), frame in zip(layout, frames[1:]):
             buf = _buffer(frame)
@@ -311,7 +307,20 @@ class SchemaDecoder:
                 raise WireError(f"array {name!r}: {len(buf)} bytes received, {nbytes} declared "
                                 f"by dtype {dtype.name} and shape {list(shape)}")
             arrays[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)
-        return Checked(Message(kind, meta, arrays), rows, error)
+        return Checked(Message(kind, dict(meta), arrays), rows, error)
+
+    def _first(self, key: bytes, frames: Sequence) -> Checked:
+        msg = decode(frames, self.max_bytes)  # the full check; raises what it raises
+        try:
+            rows, error = check_rows(msg.arrays, self.expected, self.what), None
+        except WireError as exc:
+            rows, error = None, str(exc)
+        if all(v is None or type(v) in (int, float, str, bool) for v in msg.meta.values()):
+            if len(self._known) >= self._max_known:
+                self._known.clear()
+            layout = [(name, a.dtype, a.shape, a.nbytes) for name, a in msg.arrays.items()]
+            self._known[key] = (msg.kind, dict(msg.meta), layout, rows, error)
+        return Checked(msg, rows, error)
 
 
 class ArraySpec(NamedTuple):

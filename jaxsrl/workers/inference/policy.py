@@ -38,14 +38,14 @@ from jaxsrl.streams import wire
 from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, message_ids
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore, Versioned
-from jaxsrl.streams.sockets import bind, open_socket
+from jaxsrl.streams.sockets import bind, open_socket, recv_frames, send_frames
 from jaxsrl.streams.spaces import obs_schema, unflatten_obs
 from jaxsrl.streams import opponents as opp
 from jaxsrl.workers.inference.batch import BatchBuffer, KeyStream
 
 log = logging.getLogger("jaxsrl.policy")
 _MAX_GROUP = 1 << 20
-_NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)  # plain ints: enum flags are slow
+_NOBLOCK = int(zmq.NOBLOCK)  # a plain int: enum flags are slow
 
 
 def bucket_sizes(max_rows: int, multiple: int, smallest: int = 8) -> list[int]:
@@ -245,11 +245,11 @@ class PolicyWorker(Worker):
             sock.close()
 
     def _serve(self, sock: zmq.Socket) -> None:
-        batch, buf, recv = [], self._batch, sock.recv_multipart
+        batch, buf = [], self._batch
         while not self.stop.is_set():
             self.beat()
             try:
-                frames = recv()  # waits 100 ms at most (the socket's receive timeout)
+                frames = recv_frames(sock)  # waits 100 ms at most (the socket's receive timeout)
             except zmq.Again:
                 continue
             t0 = time.perf_counter()
@@ -279,7 +279,7 @@ class PolicyWorker(Worker):
         """A waiting request, or one that comes before ``deadline``; ``None`` if none."""
         while True:
             try:
-                return sock.recv_multipart(_NOBLOCK)
+                return recv_frames(sock, _NOBLOCK)
             except zmq.Again:
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0 or not sock.poll(remaining * 1000):
@@ -298,12 +298,8 @@ class PolicyWorker(Worker):
         finally:
             self._batch.clear()
         self.metrics.add_means({"inference/batch_rows": rows, "inference/requests": len(batch)})
-        replies, send = self._replies, sock.send
+        replies = self._replies
         replies.reset(out)
         for identity, group, start, n in batch:
-            frames = replies.frames(start, n, {"group": group, "version": version},
-                                    (group, version))
-            send(identity, _SNDMORE)
-            for frame in frames[:-1]:
-                send(frame, _SNDMORE)
-            send(frames[-1])
+            send_frames(sock, identity, replies.frames(
+                start, n, {"group": group, "version": version}, (group, version)))
