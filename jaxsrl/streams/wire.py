@@ -302,7 +302,7 @@ class SchemaDecoder:
                             "buffers came")
         arrays = {}
         for (name, dtype, shape, nbytes), frame in zip(layout, frames[1:]):
-            buf = _buffer(frame)
+            buf = frame if type(frame) is bytes else _buffer(frame)  # noqa: E721
             if len(buf) != nbytes:
                 raise WireError(f"array {name!r}: {len(buf)} bytes received, {nbytes} declared "
                                 f"by dtype {dtype.name} and shape {list(shape)}")

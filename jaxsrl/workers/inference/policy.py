@@ -268,7 +268,12 @@ class PolicyWorker(Worker):
                         batch = []
                     # its rows go straight to the batch buffer (the frames are dropped now)
                     batch.append((identity, meta.get("group"), buf.add(arrays, n), n))
-                frames = self._next_request(sock, deadline) if buf.rows < self.max_rows else None
+                if buf.rows >= self.max_rows:
+                    break
+                try:
+                    frames = recv_frames(sock, _NOBLOCK)
+                except zmq.Again:
+                    frames = self._next_request(sock, deadline)
             if batch:
                 self._answer(sock, batch)
                 batch = []
@@ -276,14 +281,15 @@ class PolicyWorker(Worker):
                 self.metrics.count("inference/batches")
 
     def _next_request(self, sock: zmq.Socket, deadline: float) -> list | None:
-        """A waiting request, or one that comes before ``deadline``; ``None`` if none."""
+        """The first request that comes before ``deadline``; ``None`` if none does."""
         while True:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0 or not sock.poll(remaining * 1000):
+                return None
             try:
                 return recv_frames(sock, _NOBLOCK)
-            except zmq.Again:
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0 or not sock.poll(remaining * 1000):
-                    return None
+            except zmq.Again:  # (another reader cannot exist; a message that went away)
+                continue
 
     def _answer(self, sock: zmq.Socket, batch: list) -> None:
         """Run the batch buffer's rows and send each request of ``batch`` (``(identity,
