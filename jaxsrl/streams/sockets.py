@@ -132,9 +132,9 @@ def send_frames(sock: zmq.Socket, head: bytes, frames: Sequence) -> None:
     """``sock.send_multipart([head, *frames])`` (copying each frame; ``frames`` not empty),
     for small messages sent often."""
     _send(sock, head, _SNDMORE)
-    last = len(frames) - 1
-    for i, frame in enumerate(frames):
-        _send(sock, frame, _SNDMORE if i < last else 0)
+    for frame in frames[:-1]:
+        _send(sock, frame, _SNDMORE)
+    _send(sock, frames[-1], 0)
 
 
 def recv_frames(sock: zmq.Socket, flags: int = 0) -> list:
