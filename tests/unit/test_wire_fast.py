@@ -91,23 +91,29 @@ def test_schema_decoder_agrees_with_decode_and_check_rows_every_time():
 
 def test_schema_decoder_meta_is_a_fresh_dict_each_time():
     decoder = wire.SchemaDecoder(SCHEMA)
-    frames = [bytes(f) for f in wire.encode("act", {"obs": np.zeros((1, 3), np.float32),
-                                                    "carry/0": np.zeros(1, np.int8)}, {"a": 1})]
-    decoder.decode(frames).message.meta["a"] = 99
+    arrays = {"obs": np.zeros((1, 3), np.float32), "carry/0": np.zeros(1, np.int8)}
+    frames = [bytes(f) for f in wire.encode("act", arrays, {"a": 1})]
+    for _ in range(2):  # the first sight, then the remembered header
+        decoder.decode(frames).message.meta["a"] = 99
     assert decoder.decode(frames).message.meta == {"a": 1}
+    games = [bytes(f) for f in wire.encode("act", arrays, {"a": 1, "games": [[1, 2, 0.5]]})]
+    for _ in range(2):  # a meta holding lists is decoded afresh every time
+        decoder.decode(games).message.meta["games"][0].append("x")
+    assert decoder.decode(games).message.meta["games"] == [[1, 2, 0.5]]
 
 
 @pytest.mark.parametrize("dtype", sorted(wire.ALLOWED_DTYPES))
-def test_slice_encoder_gives_encodes_frames_byte_for_byte(dtype):
+@pytest.mark.parametrize("max_cached", [2, 64])
+def test_slice_encoder_gives_encodes_frames_byte_for_byte(dtype, max_cached):
     rng = np.random.default_rng(0)
     out = {"action": (rng.standard_normal((7, 2)) * 50).astype(dtype),
            "logp": rng.standard_normal(7).astype(np.float32),
            "carry/0": np.zeros((7, 0), np.float32),  # no bytes at all
            "carry/1": np.asfortranarray(rng.standard_normal((7, 3, 2))).astype(np.float16)}
-    enc = wire.SliceEncoder("action", max_cached=2)
+    enc = wire.SliceEncoder("action", max_cached=max_cached)
     enc.reset(out)
-    for start, n, group, version in [(0, 7, 0, 3), (2, 3, 1, 3), (2, 3, 1, 3), (6, 1, 0, 4),
-                                     (0, 0, 2, 4)]:
+    for start, n, group, version in [(0, 7, 0, 3), (2, 3, 1, 3), (2, 3, 1, 3), (1, 2, 0, 3),
+                                     (6, 1, 0, 4), (0, 0, 2, 4)]:
         meta = {"group": group, "version": version}
         got = [bytes(f) for f in enc.frames(start, n, meta, (group, version))]
         want = [bytes(f) for f in wire.encode("action", {k: v[start:start + n] for k, v in out.items()},
