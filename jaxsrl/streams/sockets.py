@@ -124,8 +124,7 @@ def drain(sock: zmq.Socket, handle: Callable[[list], None], timeout_ms: int = 50
 # flags): a server sending several frames per message saves about a third of their cost.
 _send = zmq.backend.Socket.send
 _recv = zmq.backend.Socket.recv
-_get = zmq.backend.Socket.get
-_SNDMORE, _RCVMORE = int(zmq.SNDMORE), int(zmq.RCVMORE)
+_SNDMORE = int(zmq.SNDMORE)
 
 
 def send_frames(sock: zmq.Socket, head: bytes, frames: Sequence) -> None:
@@ -143,7 +142,9 @@ def recv_frames(sock: zmq.Socket, flags: int = 0) -> list:
     Raises:
       zmq.Again: nothing to receive (``zmq.NOBLOCK``, or the socket's receive timeout).
     """
-    parts = [_recv(sock, flags)]
-    while _get(sock, _RCVMORE):
-        parts.append(_recv(sock, flags))
+    frame = _recv(sock, flags, False)  # a zmq.Frame knows whether more parts follow: no
+    parts = [frame.bytes]             # getsockopt(RCVMORE) per part (its option lookup is slow)
+    while frame.more:
+        frame = _recv(sock, flags, False)
+        parts.append(frame.bytes)
     return parts

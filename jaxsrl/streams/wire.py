@@ -306,7 +306,7 @@ class SchemaDecoder:
             if len(buf) != nbytes:
                 raise WireError(f"array {name!r}: {len(buf)} bytes received, {nbytes} declared "
                                 f"by dtype {dtype.name} and shape {list(shape)}")
-            arrays[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)
+            arrays[name] = np.ndarray(shape, dtype, buf)  # = frombuffer + reshape, in one call
         return Checked(Message(kind, dict(meta), arrays), rows, error)
 
     def _first(self, key: bytes, frames: Sequence) -> Checked:
