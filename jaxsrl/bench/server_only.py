@@ -2,9 +2,10 @@
 
 What one request costs the server itself, without the policy's arithmetic: a
 :class:`~jaxsrl.workers.inference.policy.PolicyWorker` thread in this process (its
-ROUTER socket, request loop, checks, batching, jitted ``act`` over the local mesh,
-replies) serves :func:`trivial_act` (zeros for actions and ``logp``, the carry passed
-through: no XLA arithmetic to speak of) to the DEALER sockets of one fake-actor
+ROUTER socket, request loop, checks (the actor table's too: the fake actors are
+registered as a run's), batching, jitted ``act`` over the local mesh, replies) serves
+:func:`trivial_act` (zeros for actions and ``logp``, the carry passed through: no XLA
+arithmetic to speak of) to the DEALER sockets of one fake-actor
 process (:mod:`jaxsrl.bench.fake_clients`, no JAX, no environments) over tcp loopback,
 ``clients`` x ``in_flight`` requests of ``rows`` rows outstanding. For each
 rows-per-request size the window of ``duration_s`` (after ``warmup_s``) gives:
@@ -45,6 +46,7 @@ import psutil
 
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.parallel import devices
+from jaxsrl.streams.admission import ActorTable
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.spaces import action_leaf, obs_schema
@@ -171,9 +173,12 @@ def measure(observation_space, action_space, initial_carry, rows: tuple = (1, 16
     act = devices.jit_act(trivial_act(action_space), mesh)
     store, metrics = ParameterStore(), MetricsAccumulator()
     store.publish("bench", 0, devices.put_replicated({"w": jnp.zeros(())}, mesh))
+    actors = ActorTable()  # the fake actors' ids are checked like a run's
+    for i in range(clients):
+        actors.register(i, 0)
     worker = PolicyWorker("bench-server", "bench", act, initial_carry, observation_space, store,
                           metrics, max_rows=clients * in_flight * max(rows),
-                          num_devices=mesh.size, host=host)
+                          num_devices=mesh.size, host=host, actors=actors)
     arrays = [[k, s.dtype, list(s.shape[1:])] for k, s in obs_schema(observation_space).items()]
     arrays += [[k, s.dtype, list(s.shape[1:])]
                for k, s in CarryCodec(initial_carry).schema().items()]
