@@ -49,3 +49,30 @@ def test_batch_buffer_writes_requests_one_after_another():
         buf.add({"obs": np.zeros((8, 2), np.float32), "carry/0": np.zeros(8, np.int32)}, 8)
     buf.clear()
     assert buf.add(reqs[1], 1) == 0 and buf.rows == 1
+
+
+def test_batch_buffer_copies_received_frames_as_numpy_would():
+    """Arrays viewing whole received frames are copied as bytes; anything else (another
+    dtype or row shape over the same bytes, a strided view) is assigned by NumPy."""
+    schema = {"obs": ArraySpec("float32", (None, 2, 2)), "a": ArraySpec("int32", (None,))}
+    buf, ref = BatchBuffer(schema, [8]), {k: np.zeros((8, *s.shape[1:]), s.dtype)
+                                           for k, s in schema.items()}
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((3, 2, 2)).astype(np.float32)
+    frames = {"obs": obs.tobytes(), "a": np.array([5, -6, 7], np.int32).tobytes()}
+    cases = [
+        {"obs": np.ndarray((3, 2, 2), np.float32, frames["obs"]),
+         "a": np.ndarray((3,), np.int32, frames["a"])},  # as SchemaDecoder makes them
+        {"obs": np.ndarray((3, 2, 2), np.int32, frames["obs"]),  # other dtype: values convert
+         "a": np.ndarray((3,), np.float32, frames["a"])},
+        {"obs": np.ndarray((3, 4), np.float32, frames["obs"]).reshape(3, 2, 2),  # base: an array
+         "a": np.ndarray((3,), np.int32, frames["a"][::-1][::-1])},
+        {"obs": np.ndarray((3, 2, 2), np.float32, frames["obs"]).copy(), "a": np.arange(3)},
+    ]
+    for arrays in cases:
+        start = buf.add(arrays, 3)
+        for k in schema:
+            ref[k][start:start + 3] = arrays[k]
+            np.testing.assert_array_equal(buf.arrays[k][:start + 3], ref[k][:start + 3])
+        if buf.rows + 3 > 8:
+            buf.clear()
