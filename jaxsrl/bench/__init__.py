@@ -10,13 +10,15 @@
 4. ``learner``    samples/s of the jitted ``learn`` on synthetic batches;
 5. ``end_to_end`` training env steps/s through ``jaxsrl.launch.launcher.train``;
 6. ``scaling``    end-to-end env steps/s against the number of actor processes;
+9. ``server_only`` the real policy worker with a trivial policy and fake actors: rows/s
+   per server core and CPU per request (7 ``replay`` and 8 ``offpolicy``: their modules);
 
 plus the peak resident memory of each process kind, and the compute-bound ceiling
 (cores / the core time per env step of env, act and learn) with end to end as a
 fraction of it. One module per job: :mod:`~jaxsrl.bench.raw_env`,
 :mod:`~jaxsrl.bench.physics`, :mod:`~jaxsrl.bench.transport`,
 :mod:`~jaxsrl.bench.inference`, :mod:`~jaxsrl.bench.learner`,
-:mod:`~jaxsrl.bench.end_to_end` (rungs); :mod:`~jaxsrl.bench.memory` (RSS sampling),
+:mod:`~jaxsrl.bench.end_to_end`, :mod:`~jaxsrl.bench.server_only` (rungs); :mod:`~jaxsrl.bench.memory` (RSS sampling),
 :mod:`~jaxsrl.bench.machine` (what ran it), :mod:`~jaxsrl.bench.rungs` (runs the
 ladder), :mod:`~jaxsrl.bench.report` (targets, bottleneck, JSON and Markdown),
 :mod:`~jaxsrl.bench.ceiling` (the compute-bound ceiling);

@@ -29,6 +29,7 @@ RUNG_TITLES = {
     "scaling": "6. scaling",
     "replay": "7. replay buffer",
     "offpolicy": "8. off-policy",
+    "server_only": "9. inference server only",
 }
 
 
@@ -312,6 +313,19 @@ def table(result: dict) -> list[dict]:
             f"{fmt(o.get('learner_update_ms'), 2)} ms per update, staleness "
             f"{fmt(o.get('staleness_mean'))}; `{o.get('command')}`; measured {o['seconds']:.1f} s "
             f"after the first updates", None, o)
+    so = rungs.get("server_only")
+    for p in so["points"] if _ok(so) else ():
+        by = p.get("cpu_us_per_request_by_thread") or {}
+        add("server_only", f"rows/s per server core, {p['rows_per_request']} rows/request, "
+                           f"trivial policy, {so['clients']} clients x {so['in_flight']} in flight",
+            fmt(p["rows_per_server_core_s"]),
+            f"{fmt(p['cpu_us_per_request'], 1)} µs CPU per request ("
+            + ", ".join(f"{k} {fmt(v, 1)}" for k, v in by.items()) + "); "
+            f"{fmt(p['requests_per_s'])} requests/s on {p['server_cores']:.2f} server cores; "
+            f"batch {fmt(p.get('batch_rows_mean'))} rows "
+            f"({fmt(p.get('requests_per_batch_mean'), 1)} requests)", None, so)
+    if so is not None and not _ok(so):
+        add("server_only", "rows/s per server core", "—", _err(so))
     return rows
 
 

@@ -61,6 +61,15 @@ Every rung runs on the machine described above, with the run config resolved by
    on HalfCheetah-v5, each with its own configs, the window starting once updates
    started; updates/s and the achieved replay ratio beside env steps/s
    (`jaxsrl/bench/offpolicy.py`).
+9. **Inference server only**: the real `PolicyWorker` (its ROUTER socket, request
+   loop, checks, batching, jitted `act` over the local devices, replies) serving a
+   trivial policy (zeros, the carry passed through: no arithmetic to speak of) to the
+   DEALER sockets of one fake-actor process (`jaxsrl/bench/fake_clients.py`: no JAX, no
+   environments; 8 sockets x 2 requests in flight) over tcp loopback, at 1, 16 and 64
+   rows per request. Rows/s per server core = rows answered / CPU seconds of the server's
+   process (`time.process_time`: every thread) over the window; CPU per request split by
+   thread kind (policy thread, ZeroMQ I/O, XLA pool, other) from psutil's thread times
+   (`jaxsrl/bench/server_only.py`).
 
 **Compute-bound ceiling** (`jaxsrl/bench/ceiling.py`): cores / (env + act + learn),
 each the core time of one env step measured alone: env, rung 1's CPU time of

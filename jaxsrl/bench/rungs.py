@@ -18,11 +18,12 @@ from typing import Callable
 import numpy as np
 
 from jaxsrl.bench import (agentfns, end_to_end, inference, learner, offpolicy, physics, raw_env,
-                          replay, transport)
+                          replay, server_only, transport)
 from jaxsrl.bench.load import LoadMeter
 from jaxsrl.bench.memory import MemorySampler
 
-RUNGS = ("raw_env", "physics", "transport", "inference", "learner", "end_to_end", "scaling", "replay")
+RUNGS = ("raw_env", "physics", "transport", "inference", "server_only", "learner", "end_to_end",
+         "scaling", "replay")
 #: valid in ``--rungs`` but not run by default (their own configs, minutes each)
 OPT_IN_RUNGS = ("offpolicy",)
 
@@ -47,6 +48,8 @@ class Options:
     """Rung 3 also runs with these actor counts (besides the layout's)."""
     scaling_counts: tuple = (1, 2, 4)
     """Rung 6 actor counts."""
+    server_rows: tuple = (1, 16, 64)
+    """Rung 9 (server only): rows per request, one point each."""
     rungs: tuple = RUNGS
     """Which rungs to run."""
     workdir: str = ""
@@ -128,6 +131,12 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
                     cfg, n, opts.rung_s, opts.warmup_s, get_built(),
                     sampler_factory=MemorySampler), log))
             rungs["inference"][-1].setdefault("actors", n)
+
+    if "server_only" in opts.rungs:
+        rungs["server_only"] = _guard("rung 9, inference server only", lambda: server_only.measure(
+            get_built().observation_space, get_built().action_space, get_built().fns.initial_carry,
+            opts.server_rows, duration_s=opts.rung_s, warmup_s=opts.warmup_s, host=cfg.host,
+            mesh=get_built().mesh), log)
 
     if "learner" in opts.rungs:
         rungs["learner"] = _guard("rung 4, learner", lambda: learner.measure(

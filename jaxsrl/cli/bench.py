@@ -58,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
                    help=f"comma-separated rungs to run, of {','.join(RUNGS + OPT_IN_RUNGS)} "
                         f"(default: all but {','.join(OPT_IN_RUNGS)}: off-policy agents end to "
                         "end, DQN CartPole-v1 and SAC HalfCheetah-v5 with their own configs)")
-    p.add_argument("--rung_s", type=float, default=None, help="measured seconds of rungs 1-4")
+    p.add_argument("--rung_s", type=float, default=None, help="measured seconds of rungs 1-4, 7 and 9")
     p.add_argument("--e2e_s", type=float, default=None, help="measured seconds of rung 5")
     p.add_argument("--from_json", default="",
                    help="measure nothing: re-render --out_md (and the console table) from "

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from jaxsrl.bench import report, report_render
 from jaxsrl.cli import bench as cli
@@ -58,7 +59,11 @@ def test_quick_bench_writes_a_well_formed_report(tmp_path):
 
     assert [r["rung"] for r in result["table"]] == [
         "1. raw environment", "1b. physics only", "2. transport", "3. inference", "4. learner only",
-        "5. end to end", "6. scaling", "7. replay buffer", "7. replay buffer"]
+        "5. end to end", "6. scaling", "7. replay buffer", "7. replay buffer",
+        *["9. inference server only"] * 3]
+    server = rungs["server_only"]
+    assert "error" not in server, server
+    assert [p["rows_per_request"] for p in server["points"]] == [1, 16, 64]
     assert {"insert_items_per_s", "sample_items_per_s"} <= set(rungs["replay"]["uniform"])
     assert "learn_cycle_items_per_s" in rungs["replay"]["prioritised"]
     assert all({"rung", "what", "value", "ceiling_fps", "detail"} <= set(r) for r in result["table"])
@@ -68,6 +73,7 @@ def test_quick_bench_writes_a_well_formed_report(tmp_path):
     assert {"accelerator", "actor", "raw_env"} <= set(result["memory"])
 
     md = out_md.read_text()
+    assert "rows/s per server core, 16 rows/request" in md
     for heading in ("# Benchmarks", "## Machine", "## Ladder", "## Bottleneck",
                     "## Compute-bound ceiling", "## Targets",
                     "## Scaling", "## Peak memory", "## How each rung is measured"):
@@ -127,3 +133,38 @@ def test_physics_rung_runs_quick_for_mujoco_envs():
         out = physics.measure(env, {}, duration_s=0.05)
         assert out["physics_steps_per_core_s"] > 0 and out["substeps_per_env_step"] > 1, out
     assert "not_applicable" in physics.measure("CartPole-v1", {}, duration_s=0.05)
+
+
+def test_server_only_rung_serves_fake_actors_and_accounts_its_cpu():
+    """Rung 9 alone, in seconds: the real policy worker, a recurrent carry travelling
+    through it, one fake-actor process (which checks each group's first reply)."""
+    import gymnasium
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxsrl.bench import server_only
+
+    out = server_only.measure(gymnasium.spaces.Box(-1, 1, (3,), np.float32),
+                              gymnasium.spaces.MultiDiscrete([2, 3]),
+                              lambda n: (jnp.zeros((n, 2), jnp.float32), jnp.zeros((n,), jnp.int8)),
+                              rows=(1, 5), clients=3, in_flight=2, duration_s=0.5, warmup_s=0.1)
+    assert out["clients"] == 3 and out["in_flight"] == 2 and out["buckets"][-1] >= 30
+    assert [a[0] for a in out["request_arrays"]] == ["obs", "carry/0", "carry/1"]
+    for rows, p in zip((1, 5), out["points"]):
+        assert p["rows_per_request"] == rows and p["requests_per_s"] > 0
+        requests = p["requests_per_s"] * p["seconds"]
+        assert p["rows_per_s"] == pytest.approx(rows * p["requests_per_s"])
+        assert p["rows_per_server_core_s"] == pytest.approx(rows * requests / p["server_cpu_s"])
+        assert p["cpu_us_per_request"] == pytest.approx(1e6 * p["server_cpu_s"] / requests)
+        assert p["server_cores"] == pytest.approx(p["server_cpu_s"] / p["seconds"])
+        assert set(p["cpu_us_per_request_by_thread"]) == {"policy", "zmq", "xla", "other"}
+        assert 1 <= p["requests_per_batch_mean"] <= 6  # at most clients x in_flight waiting
+        assert p["batch_rows_mean"] == pytest.approx(rows * p["requests_per_batch_mean"])
+    assert psutil.Process().children(recursive=True) == []
+
+
+def test_server_only_rung_refuses_empty_sizes():
+    from jaxsrl.bench import server_only
+
+    with pytest.raises(ValueError, match="rows \\(0,\\)"):
+        server_only.measure(None, None, None, rows=(0,))

@@ -8,6 +8,15 @@ runs the jitted ``act`` over the local devices with the newest parameters from t
 :class:`~jaxsrl.streams.params.ParameterStore` (on device, shared with the learner), and
 answers each actor with its slice.
 
+The request path is kept cheap (a trivial policy costs about a third of the CPU per
+request it did; ``scripts/bench.py --rungs=server_only``): requests are checked by a
+:class:`~jaxsrl.streams.wire.SchemaDecoder` (a header seen before is not parsed again),
+their rows are copied once, straight from the received frames into the preallocated
+:class:`~jaxsrl.workers.inference.batch.BatchBuffer` that ``act`` reads; the
+action-sampling keys come in blocks (:class:`~jaxsrl.workers.inference.batch.KeyStream`:
+the same keys as one ``split`` per call); replies are views of the outputs with cached
+headers (:class:`~jaxsrl.streams.wire.SliceEncoder`), sent below pyzmq's Python wrappers.
+
 Hostile or broken input: a request that is not a well-formed ``act`` message of this
 server's schema, is larger than the server takes, or whose ``actor``/``run`` ids are
 not those of a live actor of the run (:class:`~jaxsrl.streams.admission.ActorTable`) is
@@ -38,12 +47,14 @@ from jaxsrl.streams import wire
 from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, message_ids
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore, Versioned
-from jaxsrl.streams.sockets import bind, open_socket
+from jaxsrl.streams.sockets import bind, open_socket, recv_frames, send_frames
 from jaxsrl.streams.spaces import obs_schema, unflatten_obs
 from jaxsrl.streams import opponents as opp
+from jaxsrl.workers.inference.batch import BatchBuffer, KeyStream
 
 log = logging.getLogger("jaxsrl.policy")
 _MAX_GROUP = 1 << 20
+_NOBLOCK = int(zmq.NOBLOCK)  # a plain int: enum flags are slow
 
 
 def bucket_sizes(max_rows: int, multiple: int, smallest: int = 8) -> list[int]:
@@ -118,38 +129,47 @@ class PolicyWorker(Worker):
         self.buckets = bucket_sizes(max_rows, num_devices)
         self.max_rows = self.buckets[-1]
         self.host, self.deadline_s = host, deadline_ms / 1000.0
-        self._rng = jax.random.PRNGKey(seed)
         self.drops = DropLog(log, "request")
         # Largest valid request: max_rows rows of every array (header aside).
         row_bytes = {k: int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
                      for k, s in self._request_schema.items()}
         self.max_bytes = max(1, self.max_rows * sum(row_bytes.values()))
         self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, self.max_rows * max(row_bytes.values()))
-        self._pad = {b: {k: np.zeros((b,) + s.shape[1:], s.dtype) for k, s in self._schema.items()}
-                     for b in self.buckets}
+        self._keys = KeyStream(jax.random.PRNGKey(seed))
+        self._batch = BatchBuffer(self._request_schema, self.buckets)
+        self._inputs = {}  # bucket -> (obs tree, carry tree) viewing the batch buffer
+        for b in self.buckets:
+            view = self._batch.view(b)
+            self._inputs[b] = (unflatten_obs({k: view[k] for k in self._obs_names}),
+                               self._carry.to_tree(view))
+        self._replies = wire.SliceEncoder("action")
+        self._decoder = wire.SchemaDecoder(self._request_schema, self.max_bytes, "observation")
 
     # -- compute -----------------------------------------------------------------
     def warmup(self) -> None:
         """Compile ``act`` for every bucket size (blocks until parameters exist)."""
         params = self.store.wait_for(self.policy).params
+        key = self._keys.peek()  # the serving keys' type; the sequence is not advanced
         for b in self.buckets:
-            padded = self._pad[b]
-            out = self._act(params, unflatten_obs({k: padded[k] for k in self._obs_names}),
-                            self._carry.to_tree(padded), self._rng)
-            jax.block_until_ready(out)
+            jax.block_until_ready(self._act(params, *self._inputs[b], key))
 
-    def infer(self, named: dict, rows: int, versioned: Versioned | None = None) -> tuple[dict, int]:
-        """Run ``act`` on ``rows`` rows (obs and carry arrays) with ``versioned`` (default:
-        the newest parameters); returns reply arrays and the version."""
-        bucket = next(b for b in self.buckets if b >= rows)
-        padded = self._pad[bucket]
-        for k, v in named.items():
-            padded[k][:rows] = v
+    def infer(self, named: dict | None, rows: int, versioned: Versioned | None = None
+              ) -> tuple[dict, int]:
+        """Run ``act`` on ``rows`` rows with ``versioned`` (default: the newest parameters);
+        returns reply arrays (``[rows, ...]`` host arrays) and the version.
+
+        ``named`` (obs and carry arrays of ``rows`` rows) is copied to the batch buffer
+        first; ``None``: the serving loop already wrote the rows there. The rows are
+        padded to the smallest bucket (the padding rows hold whatever an earlier batch
+        left there; their outputs are dropped).
+        """
+        bucket = self._batch.bucket(rows)
+        if named is not None:
+            for k, v in named.items():
+                self._batch.arrays[k][:rows] = v
         versioned = versioned or self.store.get(self.policy)
-        self._rng, key = jax.random.split(self._rng)
-        action, carry, extras = self._act(
-            versioned.params, unflatten_obs({k: padded[k] for k in self._obs_names}),
-            self._carry.to_tree(padded), key)
+        obs, carry = self._inputs[bucket]
+        action, carry, extras = self._act(versioned.params, obs, carry, self._keys.next())
         out = {"action": action, "logp": extras["logp"], **self._carry.to_named(carry)}
         return {k: np.asarray(v)[:rows] for k, v in out.items()}, versioned.version
 
@@ -195,7 +215,8 @@ class PolicyWorker(Worker):
             unknown or previous run; the serving loop drops and counts it.
         """
         identity, body = frames[0], frames[1:]
-        msg = wire.decode(body, max_bytes=self.max_bytes)
+        checked = self._decoder.decode(body)  # = wire.decode + wire.check_rows, cached
+        msg = checked.message
         if msg.kind == "ping" and not msg.arrays:  # an actor waiting on its learner: alive
             if self.actors is not None:
                 self.actors.seen(self.actors.check(msg.meta))
@@ -208,7 +229,7 @@ class PolicyWorker(Worker):
         if type(group) is not int or not 0 <= group < _MAX_GROUP:  # noqa: E721
             raise wire.WireError(f"meta 'group' must be a small non-negative integer, got {group!r}")
         actor = self.actors.check(msg.meta) if self.actors is not None else None
-        n = wire.check_rows(msg.arrays, self._request_schema, "observation")
+        n = checked.require_rows()
         if not 0 < n <= self.max_rows:
             raise wire.WireError(f"request of {n} rows; this server takes 1..{self.max_rows}")
         if actor is not None:
@@ -221,6 +242,7 @@ class PolicyWorker(Worker):
         """Serve until ``stop`` is set (``run()`` calls this; exceptions end up in ``error``)."""
         sock = open_socket(self._context, zmq.ROUTER,
                            max_frame_bytes=self.max_frame_bytes,  # bigger frames: disconnect
+                           recv_timeout_ms=100,  # the serving loop checks ``stop`` this often
                            curve_server=self._curve)
         try:
             self.address = bind(sock, self.host, self.port, self.name)
@@ -232,49 +254,67 @@ class PolicyWorker(Worker):
             sock.close()
 
     def _serve(self, sock: zmq.Socket) -> None:
+        batch, buf = [], self._batch
         while not self.stop.is_set():
             self.beat()
-            if not sock.poll(100):
+            try:
+                frames = recv_frames(sock)  # waits 100 ms at most (the socket's receive timeout)
+            except zmq.Again:
                 continue
             t0 = time.perf_counter()
-            batch, rows = [], 0
             deadline = t0 + self.deadline_s
-            while rows < self.max_rows:
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    remaining = deadline - time.perf_counter()
-                    if remaining > 0 and sock.poll(remaining * 1000):
-                        continue
-                    break
+            while frames is not None:
                 try:
                     parsed = self.parse(frames)
-                    if parsed is None:  # a ping
-                        continue
-                    identity, meta, arrays, n = parsed
                 except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
                     drop_input(self.drops, self.name, exc, self.metrics, "dropped_requests",
                                "stale_run_requests_dropped")
-                    continue
-                if rows + n > self.max_rows:  # answer it in the next call
-                    self._answer(sock, batch, rows)
-                    batch, rows = [], 0
-                batch.append((identity, meta, arrays, n))
-                rows += n
+                    parsed = None
+                if parsed is not None:  # (None: a ping or a dropped request)
+                    identity, meta, arrays, n = parsed
+                    if buf.rows + n > self.max_rows:  # answer it in the next call
+                        self._answer(sock, batch)
+                        batch = []
+                    # its rows go straight to the batch buffer (the frames are dropped now)
+                    batch.append((identity, meta.get("group"), buf.add(arrays, n), n))
+                if buf.rows >= self.max_rows:
+                    break
+                try:
+                    frames = recv_frames(sock, _NOBLOCK)
+                except zmq.Again:
+                    frames = self._next_request(sock, deadline)
             if batch:
-                self._answer(sock, batch, rows)
+                self._answer(sock, batch)
+                batch = []
                 self.metrics.add_sample("inference/latency_ms", 1e3 * (time.perf_counter() - t0))
                 self.metrics.count("inference/batches")
 
-    def _answer(self, sock: zmq.Socket, batch: list, rows: int) -> None:
-        named = {k: np.concatenate([b[2][k] for b in batch]) if len(batch) > 1 else batch[0][2][k]
-                 for k in self._request_schema}
-        out, version = (self.infer(named, rows) if self._opponents is None
-                        else self._infer_versions(named, rows))
+    def _next_request(self, sock: zmq.Socket, deadline: float) -> list | None:
+        """The first request that comes before ``deadline``; ``None`` if none does."""
+        while True:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0 or not sock.poll(remaining * 1000):
+                return None
+            try:
+                return recv_frames(sock, _NOBLOCK)
+            except zmq.Again:  # (another reader cannot exist; a message that went away)
+                continue
+
+    def _answer(self, sock: zmq.Socket, batch: list) -> None:
+        """Run the batch buffer's rows and send each request of ``batch`` (``(identity,
+        group, first row, rows)``) its slice; the buffer is empty afterwards."""
+        rows = self._batch.rows
+        try:
+            if self._opponents is None:
+                out, version = self.infer(None, rows)
+            else:
+                named = {k: a[:rows].copy() for k, a in self._batch.arrays.items()}
+                out, version = self._infer_versions(named, rows)
+        finally:
+            self._batch.clear()
         self.metrics.add_means({"inference/batch_rows": rows, "inference/requests": len(batch)})
-        start = 0
-        for identity, meta, _, n in batch:
-            reply = wire.encode("action", {k: v[start:start + n] for k, v in out.items()},
-                                {"group": meta.get("group"), "version": version})
-            sock.send_multipart([identity] + reply)
-            start += n
+        replies = self._replies
+        replies.reset(out)
+        for identity, group, start, n in batch:
+            send_frames(sock, identity, replies.frames(
+                start, n, {"group": group, "version": version}, (group, version)))
