@@ -443,7 +443,9 @@ def test_pbt_run_of_two_members_on_cartpole_exploits_and_resumes(tmp_path):
     path = tmp_path / "pbt.toml"
     path.write_text(POP_TOML)
     logdir = str(tmp_path / "run")
-    record = train(load_config(SMALL + [f"--config={path}", "--total_env_steps=16000",
+    # 48k steps: a member whose learner compiles slowly (cold cache) must still reach
+    # ready_env_steps before the other member's actors use up the budget.
+    record = train(load_config(SMALL + [f"--config={path}", "--total_env_steps=48000",
                                         f"--logdir={logdir}"]))
     assert record["pbt/exploits"] >= 1
     store = PopulationStore(logdir)
