@@ -39,9 +39,12 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)
 FLAKY_ENV = "FlakyCartPole-v0"
 
+# The inference server (these tests drive and break it); --inference=auto would pick
+# inline on a CPU-only machine (tests/system/test_inline_inference.py covers that).
 SMALL = ["--env=CartPole-v1", "--num_actors=2", "--envs_per_actor=4", "--segment_length=16",
          "--batch_segments=8", "--log_interval_s=0.3", "--ppo.hidden_sizes", "16", "16",
-         "--ppo.num_minibatches=2", "--ppo.num_epochs=1"]
+         "--ppo.num_minibatches=2", "--ppo.num_epochs=1",
+         "--inference=server"]
 
 
 class FlakyCartPole(CartPoleEnv):

@@ -54,8 +54,9 @@ def _inference_at(rungs: dict, actors: int):
 def ceiling(result: dict) -> dict:
     """The compute-bound ceiling of a ladder report (``result["rungs"]``, ``"layout"``,
     ``"machine"``): ``{"cores", "env_ms", "act_ms", "learn_ms", "total_ms",
-    "env_steps_per_s", "end_to_end_fraction"}``, or ``{"missing": [parts]}`` when a part
-    was not measured (its rung not run or failed)."""
+    "env_steps_per_s", "end_to_end_fraction", "end_to_end_inference"}`` (the last: the
+    end-to-end run's inference mode, ``"server"`` or ``"inline"``), or
+    ``{"missing": [parts]}`` when a part was not measured (its rung not run or failed)."""
     rungs, cores = result["rungs"], result["machine"].get("cores")
     raw, learn = rungs.get("raw_env"), rungs.get("learner")
     inf = _inference_at(rungs, result["layout"]["num_actors"])
@@ -70,6 +71,7 @@ def ceiling(result: dict) -> dict:
     e2e = rungs.get("end_to_end")
     out["end_to_end_fraction"] = (e2e["env_steps_per_s"] / out["env_steps_per_s"]
                                   if _ok(e2e) else None)
+    out["end_to_end_inference"] = e2e.get("inference") if _ok(e2e) else None
     return out
 
 

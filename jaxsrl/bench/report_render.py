@@ -107,6 +107,11 @@ def _met(t: dict) -> str:
     return {True: "met", False: "**missed**", None: "not measured"}[t["met"]]
 
 
+def _mode(c: dict) -> str:
+    """`` (inference: inline)`` for a ceiling whose end-to-end run recorded its mode."""
+    return f" (inference: {c['end_to_end_inference']})" if c.get("end_to_end_inference") else ""
+
+
 def _ceiling_md(result: dict) -> list[str]:
     c = result.get("compute_ceiling") or {}
     out = ["## Compute-bound ceiling", ""]
@@ -121,7 +126,8 @@ def _ceiling_md(result: dict) -> list[str]:
     frac = c.get("end_to_end_fraction")
     return out + [_md_table(["part", "core ms per env step", "measured in", "share"], rows), "",
                   f"Ceiling: {c['cores']} cores / {fmt(c['total_ms'], 3)} ms = "
-                  f"**{fmt(c['env_steps_per_s'])} env steps/s**; end to end reaches "
+                  f"**{fmt(c['env_steps_per_s'])} env steps/s**; end to end"
+                  + _mode(c) + " reaches "
                   + (f"**{fmt_pct(frac)}** of it." if frac is not None else "— (not run)."), ""]
 
 
@@ -202,7 +208,7 @@ def render_console(result: dict) -> str:
         frac = c.get("end_to_end_fraction")
         lines.append(f"compute-bound ceiling: {fmt(c['env_steps_per_s'])} env steps/s = "
                      f"{c['cores']} cores / (env {c['env_ms']:.3f} + act {c['act_ms']:.3f} + "
-                     f"learn {c['learn_ms']:.3f} ms per env step); end to end "
+                     f"learn {c['learn_ms']:.3f} ms per env step); end to end{_mode(c)} "
                      + (f"{frac:.0%} of it" if frac is not None else "not run"))
     else:
         lines.append(f"compute-bound ceiling: not computed (missing {c.get('missing')})")

@@ -77,11 +77,14 @@ class RunConfig:
     remote_inference: bool = False
     """Run each inference server in its own process (placed like actors), fed parameters
     over ZeroMQ PUB/SUB; False: threads of the learner process reading them on device."""
-    inline_inference: bool = False
-    """Run the policy inside each actor process (SRL's inline inference): actors call
-    ``act`` themselves with parameters from the learner's PUB/SUB parameter stream and
-    keep their rows' recurrent state; no inference server runs (``docs/architecture.md``,
-    "Inline inference")."""
+    inference: Literal["auto", "server", "inline"] = "auto"
+    """Where actors get their actions. ``server``: inference servers batch every actor's
+    requests (threads of the learner process; ``--remote_inference``: processes);
+    ``inline``: each actor process runs ``act`` itself with parameters from the learner's
+    PUB/SUB parameter stream (SRL's inline inference; ``--inline_inference`` is the same);
+    ``auto``: inline on a machine whose learner has no accelerator, where the run allows
+    it (:func:`jaxsrl.experiment.inline.auto_mode`), else server. The run's
+    ``config.json`` records the mode it ran (``docs/architecture.md``, "Inline inference")."""
     param_publish_interval_s: float = 0.0
     """--remote_inference or --inline_inference: least seconds between two parameter
     versions sent to the servers or actors (0: every version)."""
@@ -196,6 +199,12 @@ class RunConfig:
     def agent_config(self) -> Any:
         """The agent's hyperparameters (its config dataclass)."""
         return getattr(self, self.agent_field or self.agent)
+
+    @property
+    def inline_inference(self) -> bool:
+        """The actors run ``act`` themselves: ``inference`` is ``"inline"`` (``"auto"`` is
+        resolved when the run starts, :func:`jaxsrl.experiment.inline.auto_mode`)."""
+        return self.inference == "inline"
 
     def get_dataflow(self) -> Dataflow:
         if self.population:
@@ -378,6 +387,7 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
     pre.add_argument("--resume", action="store_true")
     known, rest = pre.parse_known_args(args)
     rest, env_kwargs = layers.split_env_kwargs_flags(rest)
+    rest = [inline_lib.FLAG_ALIASES.get(a, a) for a in rest]  # --inline_inference
     saved = _saved_config(known.logdir) if known.resume else None
     if saved is not None:  # --resume: the run's own config, then the flags given now
         explicit = {a.split("=")[0] for a in args}
@@ -399,6 +409,7 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
     if saved is not None:
         known_keys = {f.name for f in dataclasses.fields(cls)} - {"agent", "env", "logdir", "resume",
                                                                     "overwrite"}
+        saved = inline_lib.legacy_key(saved, RunDir(known.logdir).config_path)
         fields = {k: v for k, v in saved.items() if k in known_keys}  # older/newer keys: skipped
         cfg = layers.apply_table(cfg, fields, RunDir(known.logdir).config_path)
     else:

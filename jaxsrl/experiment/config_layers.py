@@ -15,6 +15,7 @@ import os
 import tomllib
 from typing import Any, Sequence
 from jaxsrl.core.paths import CONFIG_DIR
+from jaxsrl.experiment import inline as inline_lib
 
 
 ENV_KWARGS_FLAG = "--env_kwargs."
@@ -55,6 +56,7 @@ def apply_table(cfg: Any, data: dict, path: str) -> Any:
         table that its config dataclass lacks (``path`` names the file).
     """
     agent_name = cfg.agent_field or cfg.agent
+    data = inline_lib.legacy_key(data, path)  # inline_inference = true -> inference = "inline"
     run_fields = {f.name for f in dataclasses.fields(cfg)} - {agent_name, "agent", "env"}
     updates: dict[str, Any] = {}
     for key, value in data.items():

@@ -27,6 +27,7 @@ stops the run with an error naming it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -36,6 +37,7 @@ from typing import Any
 
 from jaxsrl.experiment import config as config_lib
 from jaxsrl.experiment import events
+from jaxsrl.experiment import inline as inline_lib
 from jaxsrl.experiment import run_dir as run_folder
 from jaxsrl.experiment.metrics import Clock
 from jaxsrl.experiment.run_dir import RunDir
@@ -110,6 +112,18 @@ def _write_config(cfg: Any, logdir: str) -> None:
     RunDir(logdir).write_config(config_lib.to_dict(cfg) | {"logdir": logdir})
 
 
+def _inference_mode(cfg: Any, flow: Any, setup: Any, placement: Any) -> tuple[Any, str]:
+    """``cfg`` with ``inference="auto"`` resolved (:func:`inline_lib.auto_mode`), and why."""
+    if cfg.inference != "auto":
+        return cfg, cfg.inference
+    off_policy = any(fns.replay is not None for fns in setup.fns_of.values())
+    accelerator = any(d.platform != "cpu" for d in placement.local_mesh.devices.flat)
+    mode, why = inline_lib.auto_mode(cfg, flow, off_policy, accelerator)
+    cfg = dataclasses.replace(cfg, inference=mode)
+    cfg.validate()  # the same checks as an explicit --inference=<mode>
+    return cfg, why
+
+
 def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     """:func:`train` in the claimed run folder ``logdir``."""
     clock = Clock()
@@ -122,12 +136,13 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     run: Run | None = None
     try:
         setup = wiring.agent_setup(cfg, flow, placement)  # ValueErrors before anything starts
+        cfg, why = _inference_mode(cfg, flow, setup, placement)
         _write_config(cfg, logdir)
         events.emit(log, logging.INFO, "run_start",
                     {"agent": cfg.agent, "env": cfg.env, "resume": bool(cfg.resume),
-                     "launcher": cfg.launcher, "pid": os.getpid()},
-                    "run of %s on %s starts in %s%s", cfg.agent, cfg.env, logdir,
-                    " (resumed)" if cfg.resume else "")
+                     "launcher": cfg.launcher, "inference": cfg.inference, "pid": os.getpid()},
+                    "run of %s on %s starts in %s%s; inference: %s", cfg.agent, cfg.env, logdir,
+                    " (resumed)" if cfg.resume else "", why)
         run = wiring.new_run(cfg, setup.flow, logdir, clock, placement, spawner)
         old_handlers = install_stop_handlers()
         wiring.start(run, setup)

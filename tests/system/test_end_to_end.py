@@ -9,8 +9,11 @@ import pytest
 from jaxsrl.experiment.config import load_config
 from jaxsrl.launch.launcher import train
 
+# The inference server (these tests drive and break it); --inference=auto would pick
+# inline on a CPU-only machine (tests/system/test_inline_inference.py covers that).
 SMALL = ["--env=CartPole-v1", "--num_actors=2", "--envs_per_actor=8", "--segment_length=16",
-         "--batch_segments=8", "--log_interval_s=0.5", "--ppo.hidden_sizes", "16", "16"]
+         "--batch_segments=8", "--log_interval_s=0.5", "--ppo.hidden_sizes", "16", "16",
+         "--inference=server"]
 
 
 def _records(logdir):

@@ -35,6 +35,30 @@ def test_inline_actor_processes_train_cartpole(tmp_path):
     assert psutil.Process().children(recursive=True) == []
 
 
+def test_auto_runs_inline_on_a_cpu_only_machine_and_records_the_mode(tmp_path):
+    """``--inference=auto`` (the default) picks inline here (no accelerator): the run's
+    ``config.json`` and ``run_start`` event say so, and no server batches."""
+    logdir = str(tmp_path / "run")
+    record = train(load_config(SMALL + ["--inference=auto", "--total_env_steps=3000",
+                                        f"--logdir={logdir}"]))
+    assert record["env_steps"] >= 3000
+    assert RunDir(logdir).read_config()["inference"] == "inline"
+    (start,) = RunDir(logdir).read_events("run_start")
+    assert start["inference"] == "inline"
+    assert not any("inference/batches" in r for r in _intervals(logdir))
+
+
+def test_auto_keeps_the_server_where_inline_does_not_fit(tmp_path):
+    """The same with a setting of servers (``--inference_deadline_ms``): the server runs."""
+    logdir = str(tmp_path / "run")
+    train(load_config(SMALL + ["--inference=auto", "--inference_deadline_ms=1",
+                               "--total_env_steps=3000", f"--logdir={logdir}"]))
+    assert RunDir(logdir).read_config()["inference"] == "server"
+    (start,) = RunDir(logdir).read_events("run_start")
+    assert start["inference"] == "server"
+    assert any("inference/batches" in r for r in _intervals(logdir))
+
+
 def test_serial_inline_cartpole_learns(tmp_path):
     """Serial mode (actors are threads acting in this process): CartPole learns."""
     logdir = str(tmp_path / "run")

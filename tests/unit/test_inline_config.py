@@ -1,16 +1,95 @@
-"""``--inline_inference`` in the config: the settings it cannot honour are one-line errors
-(``jaxsrl/experiment/inline.py``)."""
+"""``--inference`` in the config: ``auto`` picks inline or server by the run
+(``auto_mode``), the old ``--inline_inference`` flag and key still work, and the settings
+inline cannot honour are one-line errors (``jaxsrl/experiment/inline.py``)."""
+
+import json
 
 import pytest
 
-from jaxsrl.experiment.config import load_config
+from jaxsrl.experiment.config import load_config, to_dict
+from jaxsrl.experiment.inline import auto_mode
 
 INLINE = "--inline_inference"
 
 
-def test_inline_inference_is_off_by_default_and_a_flag():
-    assert load_config([]).inline_inference is False
+def test_inference_is_auto_by_default_and_the_old_flags_still_work():
+    assert load_config([]).inference == "auto"
+    assert load_config([]).inline_inference is False  # resolved when the run starts
+    assert load_config([INLINE]).inference == "inline"
     assert load_config([INLINE]).inline_inference is True
+    assert load_config(["--no_inline_inference"]).inference == "server"
+    assert load_config(["--inference=server"]).inference == "server"
+    with pytest.raises(SystemExit):  # tyro: not one of the choices
+        load_config(["--inference=gpu"])
+
+
+def _auto(flags, off_policy=False, accelerator=False):
+    cfg = load_config(flags)
+    return auto_mode(cfg, cfg.get_dataflow(), off_policy, accelerator)
+
+
+def test_auto_is_inline_for_a_plain_run_on_a_cpu_only_learner():
+    mode, why = _auto([])
+    assert mode == "inline" and "CPU-only" in why
+    assert _auto(["--env=hide_and_seek"])[0] == "inline"
+    assert _auto(["--launcher=serial"])[0] == "inline"
+
+
+@pytest.mark.parametrize("flags, kwargs, reason", [
+    ([], {"accelerator": True}, "the learner has an accelerator"),
+    ([], {"off_policy": True}, "an off-policy agent"),
+    (["--launcher=ray"], {}, "launcher=ray"),
+    (["--num_learner_processes=2"], {}, "several learner processes"),
+    (["--remote_inference"], {}, "--remote_inference"),
+    (["--inference_servers=2"], {}, "inference_servers=2"),
+    (["--inference_deadline_ms=2"], {}, "an inference deadline"),
+    (["--config=configs/pbt_cartpole.toml"], {}, "a population"),
+    (["--env=hide_and_seek", "--config=configs/hide_and_seek_teams.toml",
+      "--config=configs/hide_and_seek_selfplay.toml"], {}, "self-play opponents"),
+])
+def test_auto_is_the_server_where_inline_does_not_fit(flags, kwargs, reason):
+    mode, why = _auto(flags, **kwargs)
+    assert mode == "server" and reason in why, why
+
+
+def test_auto_keeps_the_server_for_a_dataflow_table(tmp_path):
+    toml = tmp_path / "graph.toml"
+    toml.write_text('[dataflow]\nactors = [{name = "actors", count = 2, inference_stream = "inf", '
+                    'sample_stream = "smp"}]\npolicy_workers = [{name = "server", '
+                    'inference_stream = "inf", policy = "p"}]\ntrainers = [{name = "learner", '
+                    'sample_stream = "smp", policy = "p"}]\n')
+    mode, why = _auto([f"--config={toml}"])
+    assert mode == "server" and "a [dataflow] table" in why
+
+
+@pytest.mark.parametrize("value, mode", [("true", "inline"), ("false", "server")])
+def test_the_old_inline_inference_key_of_a_config_file(tmp_path, value, mode):
+    toml = tmp_path / "old.toml"
+    toml.write_text(f"inline_inference = {value}\n")
+    assert load_config([f"--config={toml}"]).inference == mode
+
+
+def test_a_bad_inline_inference_key_or_inference_value_is_a_one_line_error(tmp_path):
+    toml = tmp_path / "bad.toml"
+    toml.write_text('inline_inference = "yes"\n')
+    with pytest.raises(ValueError, match=r"bad.toml: inline_inference='yes' must be true or false"):
+        load_config([f"--config={toml}"])
+    toml.write_text('inference = "gpu"\n')
+    with pytest.raises(ValueError, match=r"inference='gpu' must be one of auto, server, inline") as info:
+        load_config([f"--config={toml}"])
+    assert "\n" not in str(info.value)
+
+
+def test_resuming_a_run_saved_with_the_old_key_keeps_its_mode(tmp_path):
+    """An older run's ``config.json`` says ``inline_inference``: its mode is kept."""
+    logdir = tmp_path / "run"
+    (logdir / "checkpoints").mkdir(parents=True)
+    saved = load_config([f"--logdir={logdir}"])
+    data = to_dict(saved)
+    data.pop("inference")
+    data["inline_inference"] = True
+    (logdir / "config.json").write_text(json.dumps(data))
+    assert load_config([f"--logdir={logdir}", "--resume"]).inference == "inline"
 
 
 @pytest.mark.parametrize("flags, match", [
