@@ -8,7 +8,8 @@ writes ``docs/benchmarks.json`` and ``docs/benchmarks.md`` (see ``--help`` and
 ``jaxsrl/bench/``).
 
 Exit codes: 0 the report was written (rungs that failed are marked in it), 2 a bad
-flag or config (e.g. an unknown ``--env``).
+flag or config (e.g. an unknown ``--env``, or an existing ``--out_md`` file without the
+markers of its generated region: :mod:`jaxsrl.bench.md_region`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import shlex
 import sys
 import time
 
-from jaxsrl.bench import machine, report, report_render
+from jaxsrl.bench import machine, md_region, report, report_render
 from jaxsrl.bench.rungs import OPT_IN_RUNGS, RUNGS, Options, actor_layout, run_ladder
 from jaxsrl.core.paths import REPO_ROOT
 from jaxsrl.experiment.config import load_config, to_dict
@@ -47,7 +48,8 @@ def parser() -> argparse.ArgumentParser:
                         "--quick none: a quick run never overwrites the tracked report)")
     p.add_argument("--out_md", default=None,
                    help="Markdown report path ('' to skip; default docs/benchmarks.md, with "
-                        "--quick none)")
+                        "--quick none); an existing file has only the part between its "
+                        "bench:generated markers replaced")
     p.add_argument("--max_scaling_actors", type=int, default=None,
                    help="rung 6 runs 1, 2, 4, ... up to this many actor processes "
                         "(default: 2 x cores; with --quick: the layout's count)")
@@ -134,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
                         force=True)  # importing Orbax gave the root logger a handler already
     args, rest = parser().parse_known_args(argv)
     out_json, out_md = report_paths(args)
+    if out_md:
+        try:  # before measuring: the report's hand-written sections are never overwritten
+            md_region.check(out_md)
+        except md_region.RegionError as exc:
+            print(f"bench.py: error: {exc}", file=sys.stderr)
+            return 2
     if args.from_json:
         return rerender(args.from_json, out_md)
     t0 = time.monotonic()

@@ -20,6 +20,7 @@ import gymnasium
 
 from jaxsrl.envs import atari
 from jaxsrl.envs.gym_vector import GymVectorEnv, single_spaces
+from jaxsrl.envs.mujoco_warnings import quiet_repeats
 from jaxsrl.envs.multi_agent import MultiAgentVectorEnv
 from jaxsrl.core.imports import import_module, is_reference
 
@@ -107,6 +108,7 @@ def make_env(env_id: str, env_kwargs: dict | None = None, render_mode: str | Non
         return factory(**(env_kwargs or {}), **({"render_mode": render_mode} if render_mode else {}))
     if atari.is_atari(env_id):
         return atari.make_env(env_id, env_kwargs, training=False, render_mode=render_mode)
+    quiet_repeats(gym_id(env_id))
     return gymnasium.make(gym_id(env_id), render_mode=render_mode, **(env_kwargs or {}))
 
 

@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple, Protocol
 import gymnasium
 import numpy as np
 
+from jaxsrl.envs.mujoco_warnings import quiet_repeats
 from jaxsrl.streams.spaces import flatten_obs
 
 
@@ -106,6 +107,7 @@ class GymVectorEnv:
     def __init__(self, env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None,
                  env_fn: Callable[[], gymnasium.Env] | None = None,
                  episodes_from_info: bool = False, clip_actions: bool = True):
+        quiet_repeats(env_id)  # MuJoCo envs: one settotalmass warning, not one per env
         make = env_fn or (lambda: gymnasium.make(env_id, disable_env_checker=True,
                                                  **(env_kwargs or {})))
         self.envs = [make() for _ in range(num_envs)]
@@ -175,6 +177,7 @@ class GymVectorEnv:
 
 def single_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[Any, Any]:
     """``(observation_space, action_space)`` of one environment of ``env_id``."""
+    quiet_repeats(env_id)
     env = gymnasium.make(env_id, **(env_kwargs or {}))
     try:
         return env.observation_space, env.action_space

@@ -40,13 +40,7 @@ Serial mode (``--launcher=serial``) runs the same :class:`Actor` as a thread of 
 launcher's process through :func:`run_actor`, with the run's ZeroMQ context (its
 ``inproc://`` addresses) and a ``stop`` event in place of SIGTERM.
 
-Exit codes: 0 stopped by SIGTERM/SIGINT (or the ``stop`` event); 3 no inference server of a stream answered in
-``timeout_s`` (``startup_timeout_s``, default 300 s, for the first answer: servers
-compile while actors start; with fallbacks, after every server was tried); 4 the
-environment raised in ``reset`` or ``step`` (traceback logged, and written to
-``spec["error_file"]`` if given); 5 the learner did not take a segment in
-``sample_timeout_s`` (default ``10 * timeout_s``); 1 any other error (traceback on
-stderr). The timeouts (3, 5) leave their one-line reason in ``spec["error_file"]`` too.
+Exit codes, :func:`run_actor` and :func:`main`: :mod:`~jaxsrl.workers.actor.process`.
 
 With ``spec["curve_server_key"]`` set, every socket is a CURVE client of that server
 key, with this actor's keypair from the environment (:mod:`jaxsrl.streams.security`).
@@ -59,7 +53,8 @@ Self-play (``spec.opponents``): requests carry ``opponent`` (and finished ``game
 meta), replies say what served each row; rows played by snapshots are not sent
 (:mod:`~jaxsrl.workers.actor.opponents`). Files: this one is the event loop;
 :mod:`~jaxsrl.workers.actor.spec` the spec, :mod:`~jaxsrl.workers.actor.segments` a ring
-slot and its buffers, :mod:`~jaxsrl.workers.actor.policy_stream` one policy's sockets.
+slot and its buffers, :mod:`~jaxsrl.workers.actor.policy_stream` one policy's sockets,
+:mod:`~jaxsrl.workers.actor.process` the process around it (exit codes).
 """
 
 from __future__ import annotations
@@ -68,13 +63,10 @@ import logging
 import math
 import sys
 import time
-from typing import Any
 
 import numpy as np
 import zmq
 
-from jaxsrl.core.child import report_failure, start_child, write_error
-from jaxsrl.core.exit_codes import EXIT_ENV_ERROR, EXIT_LEARNER_TIMEOUT, EXIT_SERVER_TIMEOUT
 from jaxsrl.core.worker import Worker
 from jaxsrl.envs import env_has_idle_rows, make_actor_env
 from jaxsrl.streams import security, wire
@@ -83,16 +75,15 @@ from jaxsrl.streams.opponents import OPPONENT
 from jaxsrl.streams.segment import pack_final_obs
 from jaxsrl.workers.actor.opponents import SelfPlayDraws
 from jaxsrl.workers.actor.policy_stream import PolicyStream
+from jaxsrl.workers.actor.process import LearnerTimeout, main, run_actor  # re-exported
 from jaxsrl.workers.actor.segments import EnvError, Group, take_rows
 from jaxsrl.workers.actor.spec import ActorSpec
+
+__all__ = ["Actor", "EnvError", "LearnerTimeout", "main", "run_actor"]  # the last three: process.py
 
 log = logging.getLogger("jaxsrl.actor")
 #: longest single wait of the event loop (ms): how soon a set ``stop`` is noticed.
 _POLL_SLICE_MS = 100
-
-
-class LearnerTimeout(TimeoutError):
-    """A trainer did not take a segment within the sample timeout."""
 
 
 class Actor(Worker):
@@ -376,43 +367,6 @@ class Actor(Worker):
                 log.exception("closing an environment failed")
         for s in self.streams:
             s.close()
-
-
-def run_actor(spec: dict, context: zmq.Context | None = None, stop: Any = None,
-              actor_class: type | None = None) -> int:
-    """Build and run one actor until it stops; returns its exit code (module docstring).
-
-    The body of an actor process (:func:`main`), and of an actor thread in serial mode
-    (``context``: the run's ZeroMQ context; ``stop``: an event that ends the actor within
-    100 ms of a blocking wait); ``actor_class``: :class:`Actor` or a subclass (the inline
-    actor). Errors other than the ones with an exit code propagate.
-    """
-    actor = None
-    try:
-        actor = (actor_class or Actor)(spec, context)
-        if stop is not None:
-            actor.stop = stop
-        actor.run()
-    except LearnerTimeout as exc:
-        log.error("%s; exiting", exc)
-        write_error(spec.get("error_file"), str(exc))
-        return EXIT_LEARNER_TIMEOUT
-    except TimeoutError as exc:
-        log.error("%s; exiting", exc)
-        write_error(spec.get("error_file"), str(exc))
-        return EXIT_SERVER_TIMEOUT
-    except EnvError as exc:
-        return report_failure(spec, str(exc), exc.__cause__ or exc, EXIT_ENV_ERROR)
-    finally:
-        if actor is not None:
-            actor.close()
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m jaxsrl.workers.actor SPEC_JSON``; returns the exit code (module docstring)."""
-    spec = start_child(argv, lambda s: f"actor {s.get('actor_id')}")
-    return run_actor(spec)
 
 
 if __name__ == "__main__":
