@@ -50,6 +50,7 @@ from jaxsrl.streams.params import ParameterStore, Versioned
 from jaxsrl.streams.sockets import bind, open_socket, recv_frames, send_frames
 from jaxsrl.streams.spaces import obs_schema, unflatten_obs
 from jaxsrl.streams import opponents as opp
+from jaxsrl.workers.inference.admitted import AdmittedRequests
 from jaxsrl.workers.inference.batch import BatchBuffer, KeyStream
 
 log = logging.getLogger("jaxsrl.policy")
@@ -144,6 +145,7 @@ class PolicyWorker(Worker):
                                self._carry.to_tree(view))
         self._replies = wire.SliceEncoder("action")
         self._decoder = wire.SchemaDecoder(self._request_schema, self.max_bytes, "observation")
+        self._admitted = AdmittedRequests(actors)
 
     # -- compute -----------------------------------------------------------------
     def warmup(self) -> None:
@@ -254,7 +256,9 @@ class PolicyWorker(Worker):
             sock.close()
 
     def _serve(self, sock: zmq.Socket) -> None:
-        batch, buf = [], self._batch
+        batch, buf, admitted = [], self._batch, self._admitted
+        heard = set()  # actors of admitted requests, recorded as seen once per batch
+        max_rows, actors = self.max_rows, self.actors
         while not self.stop.is_set():
             self.beat()
             try:
@@ -264,20 +268,18 @@ class PolicyWorker(Worker):
             t0 = time.perf_counter()
             deadline = t0 + self.deadline_s
             while frames is not None:
-                try:
-                    parsed = self.parse(frames)
-                except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
-                    drop_input(self.drops, self.name, exc, self.metrics, "dropped_requests",
-                               "stale_run_requests_dropped")
-                    parsed = None
-                if parsed is not None:  # (None: a ping or a dropped request)
-                    identity, meta, arrays, n = parsed
-                    if buf.rows + n > self.max_rows:  # answer it in the next call
+                verdict = admitted.get(frames)  # accepted before, and nothing it rests on changed
+                if verdict is not None:
+                    n = verdict.rows
+                    if buf.rows + n > max_rows:  # answer it in the next call
                         self._answer(sock, batch)
-                        batch = []
-                    # its rows go straight to the batch buffer (the frames are dropped now)
-                    batch.append((identity, meta.get("group"), buf.add(arrays, n), n))
-                if buf.rows >= self.max_rows:
+                        batch.clear()
+                    batch.append((frames[0], verdict.group, buf.add_frames(frames, verdict.arrays, n), n))
+                    if actors is not None:
+                        heard.add(verdict.actor)
+                else:
+                    self._check_and_add(sock, frames, batch)
+                if buf.rows >= max_rows:
                     break
                 try:
                     frames = recv_frames(sock, _NOBLOCK)
@@ -285,9 +287,36 @@ class PolicyWorker(Worker):
                     frames = self._next_request(sock, deadline)
             if batch:
                 self._answer(sock, batch)
-                batch = []
+                batch.clear()
                 self.metrics.add_sample("inference/latency_ms", 1e3 * (time.perf_counter() - t0))
                 self.metrics.count("inference/batches")
+            if heard:
+                actors.seen_all(heard)
+                heard.clear()
+
+    def _check_and_add(self, sock: zmq.Socket, frames: list, batch: list) -> None:
+        """Check a request in full (:meth:`parse`); drop it (logged and counted) or add its
+        rows to the batch buffer and ``batch``, answering the batch first if they do not
+        fit; remember an accepted request's verdict."""
+        generation = self._admitted.generation()  # before the check: see AdmittedRequests
+        try:
+            parsed = self.parse(frames)
+        except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
+            drop_input(self.drops, self.name, exc, self.metrics, "dropped_requests",
+                       "stale_run_requests_dropped")
+            return
+        if parsed is None:  # a ping
+            return
+        identity, meta, arrays, n = parsed
+        buf = self._batch
+        if buf.rows + n > self.max_rows:  # answer it in the next call
+            self._answer(sock, batch)
+            batch.clear()
+        # its rows go straight to the batch buffer (the frames are dropped now)
+        batch.append((identity, meta.get("group"), buf.add(arrays, n), n))
+        if "games" not in meta and all(a.dtype == buf.arrays[k].dtype for k, a in arrays.items()):
+            actor = None if self.actors is None else message_ids(meta)[0]
+            self._admitted.remember(frames, generation, actor, meta["group"], n, list(arrays))
 
     def _next_request(self, sock: zmq.Socket, deadline: float) -> list | None:
         """The first request that comes before ``deadline``; ``None`` if none does."""
