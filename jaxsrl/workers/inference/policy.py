@@ -165,15 +165,22 @@ class PolicyWorker(Worker):
         padded to the smallest bucket (the padding rows hold whatever an earlier batch
         left there; their outputs are dropped).
         """
-        bucket = self._batch.bucket(rows)
         if named is not None:
             for k, v in named.items():
                 self._batch.arrays[k][:rows] = v
         versioned = versioned or self.store.get(self.policy)
-        obs, carry = self._inputs[bucket]
-        action, carry, extras = self._act(versioned.params, obs, carry, self._keys.next())
-        out = {"action": action, "logp": extras["logp"], **self._carry.to_named(carry)}
+        out = self._act_bucket(rows, versioned.params)
         return {k: np.asarray(v)[:rows] for k, v in out.items()}, versioned.version
+
+    def _act_bucket(self, rows: int, params) -> dict:
+        """``act`` on the smallest bucket of the batch buffer holding ``rows`` rows: the
+        reply arrays (device arrays of the bucket's size, padding rows included)."""
+        obs, carry = self._inputs[self._batch.bucket(rows)]
+        action, carry, extras = self._act(params, obs, carry, self._keys.next())
+        out = {"action": action, "logp": extras["logp"]}
+        if self._carry.names:
+            out.update(self._carry.to_named(carry))
+        return out
 
     def _infer_versions(self, named: dict, rows: int) -> tuple[dict, int]:
         """:meth:`infer` per parameter version of the rows' ``opponent`` (self-play);
@@ -258,7 +265,7 @@ class PolicyWorker(Worker):
     def _serve(self, sock: zmq.Socket) -> None:
         batch, buf, admitted = [], self._batch, self._admitted
         heard = set()  # actors of admitted requests, recorded as seen once per batch
-        max_rows, actors = self.max_rows, self.actors
+        max_rows, actors, wait = self.max_rows, self.actors, self.deadline_s > 0
         while not self.stop.is_set():
             self.beat()
             try:
@@ -284,7 +291,7 @@ class PolicyWorker(Worker):
                 try:
                     frames = recv_frames(sock, _NOBLOCK)
                 except zmq.Again:
-                    frames = self._next_request(sock, deadline)
+                    frames = self._next_request(sock, deadline) if wait else None
             if batch:
                 self._answer(sock, batch)
                 batch.clear()
@@ -335,7 +342,8 @@ class PolicyWorker(Worker):
         rows = self._batch.rows
         try:
             if self._opponents is None:
-                out, version = self.infer(None, rows)
+                versioned = self.store.get(self.policy)
+                out, version = self._act_bucket(rows, versioned.params), versioned.version
             else:
                 named = {k: a[:rows].copy() for k, a in self._batch.arrays.items()}
                 out, version = self._infer_versions(named, rows)
@@ -343,7 +351,7 @@ class PolicyWorker(Worker):
             self._batch.clear()
         self.metrics.add_means({"inference/batch_rows": rows, "inference/requests": len(batch)})
         replies = self._replies
-        replies.reset(out)
+        replies.reset(out, rows)
         for identity, group, start, n in batch:
             send_frames(sock, identity, replies.frames(
                 start, n, {"group": group, "version": version}, (group, version)))
