@@ -47,7 +47,7 @@ from jaxsrl.streams import wire
 from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, message_ids
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore, Versioned
-from jaxsrl.streams.sockets import bind, open_socket, recv_frames, send_frames
+from jaxsrl.streams.sockets import bind, open_socket, recv_routed, send_frames
 from jaxsrl.streams.spaces import obs_schema, unflatten_obs
 from jaxsrl.streams import opponents as opp
 from jaxsrl.workers.inference.admitted import AdmittedRequests
@@ -269,7 +269,7 @@ class PolicyWorker(Worker):
         while not self.stop.is_set():
             self.beat()
             try:
-                frames = recv_frames(sock)  # waits 100 ms at most (the socket's receive timeout)
+                frames = recv_routed(sock)  # waits 100 ms at most (the socket's receive timeout)
             except zmq.Again:
                 continue
             t0 = time.perf_counter()
@@ -289,7 +289,7 @@ class PolicyWorker(Worker):
                 if buf.rows >= max_rows:
                     break
                 try:
-                    frames = recv_frames(sock, _NOBLOCK)
+                    frames = recv_routed(sock, _NOBLOCK)
                 except zmq.Again:
                     frames = self._next_request(sock, deadline) if wait else None
             if batch:
@@ -332,7 +332,7 @@ class PolicyWorker(Worker):
             if remaining <= 0 or not sock.poll(remaining * 1000):
                 return None
             try:
-                return recv_frames(sock, _NOBLOCK)
+                return recv_routed(sock, _NOBLOCK)
             except zmq.Again:  # (another reader cannot exist; a message that went away)
                 continue
 
