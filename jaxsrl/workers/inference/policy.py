@@ -342,8 +342,7 @@ class PolicyWorker(Worker):
         rows = self._batch.rows
         try:
             if self._opponents is None:
-                versioned = self.store.get(self.policy)
-                out, version = self._act_bucket(rows, versioned.params), versioned.version
+                out, version = self.infer(None, rows)
             else:
                 named = {k: a[:rows].copy() for k, a in self._batch.arrays.items()}
                 out, version = self._infer_versions(named, rows)
@@ -351,7 +350,7 @@ class PolicyWorker(Worker):
             self._batch.clear()
         self.metrics.add_means({"inference/batch_rows": rows, "inference/requests": len(batch)})
         replies = self._replies
-        replies.reset(out, rows)
+        replies.reset(out)
         for identity, group, start, n in batch:
             send_frames(sock, identity, replies.frames(
                 start, n, {"group": group, "version": version}, (group, version)))
