@@ -8,14 +8,19 @@ runs the jitted ``act`` over the local devices with the newest parameters from t
 :class:`~jaxsrl.streams.params.ParameterStore` (on device, shared with the learner), and
 answers each actor with its slice.
 
-The request path is kept cheap (a trivial policy costs about a third of the CPU per
-request it did; ``scripts/bench.py --rungs=server_only``): requests are checked by a
-:class:`~jaxsrl.streams.wire.SchemaDecoder` (a header seen before is not parsed again),
-their rows are copied once, straight from the received frames into the preallocated
+The request path is kept cheap (a trivial policy costs about a quarter of the CPU per
+request it did; ``scripts/bench.py --rungs=server_only``): a request whose header bytes,
+frame count and frame sizes are those of one accepted before, while the actor table is
+unchanged since, is admitted on that remembered verdict
+(:class:`~jaxsrl.workers.inference.admitted.AdmittedRequests`; any other is checked in
+full by :meth:`parse`: a :class:`~jaxsrl.streams.wire.SchemaDecoder` and the actor
+table), the actors heard from are recorded once per batch; the rows are copied once,
+straight from the received frames into the preallocated
 :class:`~jaxsrl.workers.inference.batch.BatchBuffer` that ``act`` reads; the
 action-sampling keys come in blocks (:class:`~jaxsrl.workers.inference.batch.KeyStream`:
-the same keys as one ``split`` per call); replies are views of the outputs with cached
-headers (:class:`~jaxsrl.streams.wire.SliceEncoder`), sent below pyzmq's Python wrappers.
+the same keys as one ``split`` per call); replies are slices of the outputs' bytes with
+cached headers (:class:`~jaxsrl.streams.wire.SliceEncoder`), sent and received below
+pyzmq's Python wrappers.
 
 Hostile or broken input: a request that is not a well-formed ``act`` message of this
 server's schema, is larger than the server takes, or whose ``actor``/``run`` ids are
