@@ -111,9 +111,8 @@ class SliceEncoder:
         self._layout: tuple | None = None
         self._rows: list = []
 
-    def reset(self, arrays: Mapping[str, np.ndarray], rows: int | None = None) -> None:
-        """Take the arrays (name -> ``[rows, ...]``) whose slices the next messages carry
-        (only their first ``rows`` rows if given).
+    def reset(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Take the arrays (name -> ``[rows, ...]``) whose slices the next messages carry.
 
         Raises:
           WireError: an array is 0-d or has a dtype that is not allowed on the wire.
@@ -126,8 +125,6 @@ class SliceEncoder:
             dtype = _NAME_OF.get(arr.dtype) or arr.dtype.name  # (``.name`` is slow)
             if dtype not in ALLOWED_DTYPES:
                 raise WireError(f"array {name!r} has dtype {arr.dtype} which is not allowed on the wire")
-            if rows is not None:
-                arr = arr[:rows]
             layout.append((name, dtype, arr.shape[1:]))
             # C-ordered bytes, and the bytes of one row (0: none at all, e.g. a [rows, 0] array)
             raw.append((arr.tobytes(), arr.itemsize * math.prod(arr.shape[1:])))

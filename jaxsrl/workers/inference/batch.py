@@ -83,8 +83,8 @@ class BatchBuffer:
 
     def add_frames(self, frames, arrays, n: int) -> int:
         """Copy a request's array frames after the rows already written, as they are: each
-        ``(i, name, nbytes)`` of ``arrays`` (a :class:`~jaxsrl.workers.inference.admitted.Verdict`'s)
-        says that ``frames[i]`` (bytes-like) holds ``n`` rows of array ``name`` in its dtype
+        ``(i, name, nbytes)`` of ``arrays`` (a
+        :class:`~jaxsrl.workers.inference.admitted.Verdict`'s) says that ``frames[i]`` (bytes-like) holds ``n`` rows of array ``name`` in its dtype
         and row shape, ``nbytes`` bytes; they must cover every array. Returns their first row.
 
         Raises:

@@ -286,7 +286,8 @@ class PolicyWorker(Worker):
                     if buf.rows + n > max_rows:  # answer it in the next call
                         self._answer(sock, batch)
                         batch.clear()
-                    batch.append((frames[0], verdict.group, buf.add_frames(frames, verdict.arrays, n), n))
+                    start = buf.add_frames(frames, verdict.arrays, n)
+                    batch.append((frames[0], verdict.group, start, n))
                     if actors is not None:
                         heard.add(verdict.actor)
                 else:
