@@ -151,6 +151,7 @@ class PolicyWorker(Worker):
         self._replies = wire.SliceEncoder("action")
         self._decoder = wire.SchemaDecoder(self._request_schema, self.max_bytes, "observation")
         self._admitted = AdmittedRequests(actors)
+        self._remember = True  # (set again when serving starts)
 
     # -- compute -----------------------------------------------------------------
     def warmup(self) -> None:
@@ -222,7 +223,9 @@ class PolicyWorker(Worker):
     def parse(self, frames: list) -> tuple[bytes, dict, dict, int] | None:
         """Check one received request (``[identity, *wire frames]``) against the wire
         format and the actor table: ``(identity, meta, named arrays, rows)``, or ``None``
-        for a ping (the actor is recorded as alive).
+        for a ping (the actor is recorded as alive). The serving loop remembers the
+        verdicts of accepted requests and admits repeats of them without calling it
+        (:mod:`jaxsrl.workers.inference.admitted`), unless a subclass overrides it.
 
         Raises:
           WireError (and its ``StaleRunError``): the request is malformed or from an
@@ -269,6 +272,9 @@ class PolicyWorker(Worker):
 
     def _serve(self, sock: zmq.Socket) -> None:
         batch, buf, admitted = [], self._batch, self._admitted
+        # Remembered verdicts are parse's own: a subclass (or a patch) overriding parse may
+        # decide per request, so then every request goes through it.
+        self._remember = type(self).parse is PolicyWorker.parse
         heard = set()  # actors of admitted requests, recorded as seen once per batch
         max_rows, actors, wait = self.max_rows, self.actors, self.deadline_s > 0
         while not self.stop.is_set():
@@ -327,7 +333,8 @@ class PolicyWorker(Worker):
             batch.clear()
         # its rows go straight to the batch buffer (the frames are dropped now)
         batch.append((identity, meta.get("group"), buf.add(arrays, n), n))
-        if "games" not in meta and all(a.dtype == buf.arrays[k].dtype for k, a in arrays.items()):
+        if self._remember and "games" not in meta and all(
+                a.dtype == buf.arrays[k].dtype for k, a in arrays.items()):
             actor = None if self.actors is None else message_ids(meta)[0]
             self._admitted.remember(frames, generation, actor, meta["group"], n, list(arrays))
 
