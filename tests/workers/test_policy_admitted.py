@@ -180,23 +180,29 @@ def test_seen_all_of_a_table_that_records_more_uses_its_seen():
     assert table.take_heard() == [0, 2]
 
 
-def test_a_worker_whose_parse_is_overridden_checks_every_request_with_it():
-    """Remembered verdicts are ``PolicyWorker.parse``'s: a subclass deciding per request
-    (here: refusing actor 0's requests after two) sees every request."""
-    class Strict(PolicyWorker):
-        calls = 0
+@pytest.mark.parametrize("how", ["subclass", "patched class"])
+def test_a_worker_whose_parse_is_overridden_checks_every_request_with_it(monkeypatch, how):
+    """Remembered verdicts are ``PolicyWorker.parse``'s own: a subclass, or a patch of the
+    class, deciding per request (here: refusing every request after two) sees every one."""
+    calls = {"n": 0}
+    own = PolicyWorker.parse
 
-        def parse(self, frames):
-            Strict.calls += 1
-            if Strict.calls > 2:
-                raise wire.WireError("refused after two")
-            return super().parse(frames)
+    def parse(self, frames):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise wire.WireError("refused after two")
+        return own(self, frames)
 
+    if how == "subclass":
+        cls = type("Strict", (PolicyWorker,), {"parse": parse})
+    else:
+        cls = PolicyWorker
+        monkeypatch.setattr(PolicyWorker, "parse", parse)
     store, metrics, table = ParameterStore(), MetricsAccumulator(), ActorTable()
     store.publish("p", 3, jnp.float32(2.0))
     table.register(0, 1)
-    worker = Strict("strict-server", "p", devices.jit_act(fake_act, devices.local_mesh()),
-                    lambda n: None, SPACE, store, metrics, max_rows=8, actors=table)
+    worker = cls("strict-server", "p", devices.jit_act(fake_act, devices.local_mesh()),
+                 lambda n: None, SPACE, store, metrics, max_rows=8, actors=table)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     assert worker.serving.wait(60) and worker.error is None, worker.error
@@ -208,7 +214,7 @@ def test_a_worker_whose_parse_is_overridden_checks_every_request_with_it():
         assert _answered(sock, good, group=1) and _answered(sock, good, group=1)
         sock.send_multipart(good)
         _wait(lambda: metrics.counter("dropped_requests") == 1, "the third request's drop")
-        assert Strict.calls == 3 and "refused after two" in worker.drops.recent()[-1].reason
+        assert calls["n"] == 3 and "refused after two" in worker.drops.recent()[-1].reason
     finally:
         sock.close()
         worker.stop.set()

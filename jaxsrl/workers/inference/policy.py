@@ -274,7 +274,7 @@ class PolicyWorker(Worker):
         batch, buf, admitted = [], self._batch, self._admitted
         # Remembered verdicts are parse's own: a subclass (or a patch) overriding parse may
         # decide per request, so then every request goes through it.
-        self._remember = type(self).parse is PolicyWorker.parse
+        self._remember = type(self).parse is _OWN_PARSE
         heard = set()  # actors of admitted requests, recorded as seen once per batch
         max_rows, actors, wait = self.max_rows, self.actors, self.deadline_s > 0
         while not self.stop.is_set():
@@ -367,3 +367,6 @@ class PolicyWorker(Worker):
         for identity, group, start, n in batch:
             send_frames(sock, identity, replies.frames(
                 start, n, {"group": group, "version": version}, (group, version)))
+
+
+_OWN_PARSE = PolicyWorker.parse  # (the class's own, whatever replaces it later)
