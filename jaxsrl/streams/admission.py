@@ -50,17 +50,25 @@ def message_ids(meta: Mapping) -> tuple[int, int]:
 
 
 class ActorTable:
-    """Current run id and last-seen time of every actor of a run. Thread-safe."""
+    """Current run id and last-seen time of every actor of a run. Thread-safe.
+
+    Attributes:
+      generation: an int that changes (grows) whenever the accepted ``(actor, run)`` pairs
+        may have changed (every :meth:`register`): a verdict of :meth:`check` that a
+        server remembers holds only while ``generation`` is the one it was given under.
+    """
 
     def __init__(self, clock=time.monotonic):
         self._clock = clock
         self._lock = threading.Lock()
         self._runs: dict[int, int] = {}
         self._seen: dict[int, float] = {}
+        self.generation = 0
 
     def register(self, actor_id: int, run_id: int) -> None:
         """Make ``run_id`` the only accepted run of ``actor_id`` (start or restart)."""
         with self._lock:
+            self.generation += 1  # before the change: a check racing it is not remembered
             self._runs[int(actor_id)] = int(run_id)
             self._seen[int(actor_id)] = self._clock()
 
@@ -87,6 +95,21 @@ class ActorTable:
         with self._lock:
             if actor_id in self._seen:
                 self._seen[actor_id] = now
+
+    def seen_all(self, actor_ids) -> None:
+        """:meth:`seen` for each of ``actor_ids`` (an iterable of ids :meth:`check`
+        returned), at one time: a server recording a batch of requests at once. A
+        subclass that overrides :meth:`seen` gets its :meth:`seen` per id."""
+        if type(self).seen is not ActorTable.seen:  # (it records more than the time)
+            for actor_id in actor_ids:
+                self.seen(actor_id)
+            return
+        now = self._clock()
+        with self._lock:
+            seen = self._seen
+            for actor_id in actor_ids:
+                if actor_id in seen:
+                    seen[actor_id] = now
 
     def last_seen(self, actor_id: int) -> float | None:
         with self._lock:

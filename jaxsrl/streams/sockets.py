@@ -148,3 +148,21 @@ def recv_frames(sock: zmq.Socket, flags: int = 0) -> list:
         frame = _recv(sock, flags, False)
         parts.append(frame.bytes)
     return parts
+
+
+def recv_routed(sock: zmq.Socket, flags: int = 0) -> list:
+    """:func:`recv_frames` for a ROUTER socket: ``[identity, *the peer's frames]``. The
+    identity frame, which a ROUTER always follows with the peer's (one at least), is
+    received as bytes straight away (no ``zmq.Frame`` object: a third of the cost of the
+    others, which still say whether more parts follow).
+
+    Raises:
+      zmq.Again: nothing to receive (``zmq.NOBLOCK``, or the socket's receive timeout).
+    """
+    parts = [_recv(sock, flags, True)]
+    frame = _recv(sock, flags, False)
+    parts.append(frame.bytes)
+    while frame.more:
+        frame = _recv(sock, flags, False)
+        parts.append(frame.bytes)
+    return parts

@@ -96,9 +96,9 @@ def pack_header(kind: str, specs: list, meta: Mapping[str, Any] | None = None) -
 class SliceEncoder:
     """Messages of one ``kind`` whose arrays are row slices of the same arrays, encoded as
     :func:`encode` would encode the slices (the same frames, byte for byte) at a fraction of
-    its cost: the arrays are checked once (:meth:`reset`), each slice's frames are views of
-    their bytes (no copy), and headers are cached by (rows, meta). A server answering many
-    requests from one batch of outputs uses it.
+    its cost: the arrays are checked and copied to ``bytes`` once (:meth:`reset`), each
+    slice's frames are slices of those bytes, and headers are cached by (rows, meta). A
+    server answering many requests from one batch of outputs uses it.
 
     Args:
       kind: the messages' kind (e.g. ``"action"``).
@@ -117,7 +117,7 @@ class SliceEncoder:
         Raises:
           WireError: an array is 0-d or has a dtype that is not allowed on the wire.
         """
-        layout, rows = [], []
+        layout, raw = [], []
         for name, value in arrays.items():
             arr = value if isinstance(value, np.ndarray) else np.asarray(value)
             if arr.ndim == 0:
@@ -125,16 +125,14 @@ class SliceEncoder:
             dtype = _NAME_OF.get(arr.dtype) or arr.dtype.name  # (``.name`` is slow)
             if dtype not in ALLOWED_DTYPES:
                 raise WireError(f"array {name!r} has dtype {arr.dtype} which is not allowed on the wire")
-            if not arr.flags.c_contiguous:
-                arr = np.ascontiguousarray(arr)
             layout.append((name, dtype, arr.shape[1:]))
-            # one row of bytes per row (None: no bytes at all, e.g. a [rows, 0] array)
-            rows.append(arr.reshape(arr.shape[0], -1).view(np.uint8) if arr.size else None)
+            # C-ordered bytes, and the bytes of one row (0: none at all, e.g. a [rows, 0] array)
+            raw.append((arr.tobytes(), arr.itemsize * math.prod(arr.shape[1:])))
         layout = tuple(layout)
         if layout != self._layout:
             self._headers.clear()
             self._layout = layout
-        self._rows = rows
+        self._rows = raw
 
     def frames(self, start: int, n: int, meta: Mapping[str, Any], key=None) -> list:
         """The frames of the message carrying rows ``start:start + n`` of every array (no
@@ -154,8 +152,8 @@ class SliceEncoder:
                     self._headers.clear()
                 self._headers[key] = header
         out = [header]
-        for r in self._rows:
-            out.append(b"" if r is None else r[start:start + n])
+        for raw, row_bytes in self._rows:
+            out.append(raw[start * row_bytes:(start + n) * row_bytes])
         return out
 
 

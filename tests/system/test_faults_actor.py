@@ -82,13 +82,31 @@ def test_killed_or_hung_actor_is_restarted_and_training_goes_on(tmp_path, sig, e
 
 
 def test_environment_error_restarts_the_actor_with_the_traceback(tmp_path, flaky_env_path, capfd):
+    """The run has no reachable step budget: the test stops it (SIGTERM) once the restart
+    is counted and 4,000 steps are done (a 4,000-step budget could be reached by the
+    healthy actor before the launcher saw the other one exit)."""
     logdir = str(tmp_path / "run")
-    cfg = load_config(small_args(logdir, "--total_env_steps=4000"))
+    cfg = load_config(small_args(logdir, "--total_env_steps=100000000"))
     cfg = dataclasses.replace(cfg, env=FLAKY_ENV, env_kwargs={
         "fail_in": "step", "fail_after": 40, "once_file": str(tmp_path / "failed")})
-    record = train(cfg)
-    assert record["actor_restarts"] == 1
-    assert record["env_steps"] >= 4000
+    out: dict = {}
+
+    def go():
+        try:
+            out["record"] = wait_for(
+                lambda: [r for r in records(logdir)
+                         if r.get("actor_restarts") == 1 and r["env_steps"] >= 4000], 120,
+                "the restart and 4,000 steps")[0]
+        except BaseException as exc:  # reported by the test
+            out["error"] = exc
+        os.kill(os.getpid(), signal.SIGTERM)  # train() stops cleanly
+
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    th.join(10)
+    assert "error" not in out, out.get("error")
     (restart,) = RunDir(logdir).read_events("actor_restart")
     assert restart["code"] == EXIT_ENV_ERROR
     assert restart["error"].startswith("environment step raised RuntimeError: injected step failure")

@@ -77,3 +77,23 @@ def test_batch_buffer_copies_received_frames_as_numpy_would():
             np.testing.assert_array_equal(buf.arrays[k][:start + 3], ref[k][:start + 3])
         if buf.rows + 3 > 8:
             buf.clear()
+
+
+def test_batch_buffer_add_frames_writes_what_numpy_assignment_would():
+    """``add_frames`` (a remembered verdict's ``(frame index, name, bytes)``, frames in any
+    order) against NumPy assignment of the arrays the frames hold."""
+    schema = {"obs": ArraySpec("float32", (None, 2, 2)), "a": ArraySpec("int8", (None,))}
+    buf, ref = BatchBuffer(schema, [4, 8]), {k: np.zeros((8, *s.shape[1:]), s.dtype)
+                                              for k, s in schema.items()}
+    rng = np.random.default_rng(1)
+    for n in (3, 1, 4):
+        obs = rng.standard_normal((n, 2, 2)).astype(np.float32)
+        a = rng.integers(-100, 100, n).astype(np.int8)
+        frames = [b"identity", b"header", a.tobytes(), obs.tobytes()]  # "a" comes first here
+        start = buf.add_frames(frames, ((3, "obs", obs.nbytes), (2, "a", a.nbytes)), n)
+        ref["obs"][start:start + n], ref["a"][start:start + n] = obs, a
+        assert buf.rows == start + n
+    for k in schema:
+        np.testing.assert_array_equal(buf.arrays[k], ref[k])
+    with pytest.raises(ValueError, match="1 more rows do not fit after 8 of 8"):
+        buf.add_frames([b"", b"", b"\0", b"\0" * 16], ((3, "obs", 16), (2, "a", 1)), 1)

@@ -81,6 +81,25 @@ class BatchBuffer:
         self.rows = start + n
         return start
 
+    def add_frames(self, frames, arrays, n: int) -> int:
+        """Copy a request's array frames after the rows already written, as they are: each
+        ``(i, name, nbytes)`` of ``arrays`` (a
+        :class:`~jaxsrl.workers.inference.admitted.Verdict`'s) says that ``frames[i]`` (bytes-like) holds ``n`` rows of array ``name`` in its dtype
+        and row shape, ``nbytes`` bytes; they must cover every array. Returns their first row.
+
+        Raises:
+          ValueError: they do not fit (the caller answers the batch first).
+        """
+        start = self.rows
+        if start + n > self.capacity:
+            raise ValueError(f"{n} more rows do not fit after {start} of {self.capacity}")
+        row_bytes, dst = self._row_bytes, self._bytes
+        for i, name, nbytes in arrays:
+            offset = start * row_bytes[name]
+            dst[name][offset:offset + nbytes] = frames[i]
+        self.rows = start + n
+        return start
+
     def view(self, bucket: int) -> dict:
         """Name -> the first ``bucket`` rows of each array (views, made once)."""
         return self._views[bucket]

@@ -8,14 +8,19 @@ runs the jitted ``act`` over the local devices with the newest parameters from t
 :class:`~jaxsrl.streams.params.ParameterStore` (on device, shared with the learner), and
 answers each actor with its slice.
 
-The request path is kept cheap (a trivial policy costs about a third of the CPU per
-request it did; ``scripts/bench.py --rungs=server_only``): requests are checked by a
-:class:`~jaxsrl.streams.wire.SchemaDecoder` (a header seen before is not parsed again),
-their rows are copied once, straight from the received frames into the preallocated
+The request path is kept cheap (a trivial policy costs about a quarter of the CPU per
+request it did; ``scripts/bench.py --rungs=server_only``): a request whose header bytes,
+frame count and frame sizes are those of one accepted before, while the actor table is
+unchanged since, is admitted on that remembered verdict
+(:class:`~jaxsrl.workers.inference.admitted.AdmittedRequests`; any other is checked in
+full by :meth:`parse`: a :class:`~jaxsrl.streams.wire.SchemaDecoder` and the actor
+table), the actors heard from are recorded once per batch; the rows are copied once,
+straight from the received frames into the preallocated
 :class:`~jaxsrl.workers.inference.batch.BatchBuffer` that ``act`` reads; the
 action-sampling keys come in blocks (:class:`~jaxsrl.workers.inference.batch.KeyStream`:
-the same keys as one ``split`` per call); replies are views of the outputs with cached
-headers (:class:`~jaxsrl.streams.wire.SliceEncoder`), sent below pyzmq's Python wrappers.
+the same keys as one ``split`` per call); replies are slices of the outputs' bytes with
+cached headers (:class:`~jaxsrl.streams.wire.SliceEncoder`), sent and received below
+pyzmq's Python wrappers.
 
 Hostile or broken input: a request that is not a well-formed ``act`` message of this
 server's schema, is larger than the server takes, or whose ``actor``/``run`` ids are
@@ -47,9 +52,10 @@ from jaxsrl.streams import wire
 from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, message_ids
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore, Versioned
-from jaxsrl.streams.sockets import bind, open_socket, recv_frames, send_frames
+from jaxsrl.streams.sockets import bind, open_socket, recv_routed, send_frames
 from jaxsrl.streams.spaces import obs_schema, unflatten_obs
 from jaxsrl.streams import opponents as opp
+from jaxsrl.workers.inference.admitted import AdmittedRequests
 from jaxsrl.workers.inference.batch import BatchBuffer, KeyStream
 
 log = logging.getLogger("jaxsrl.policy")
@@ -144,6 +150,8 @@ class PolicyWorker(Worker):
                                self._carry.to_tree(view))
         self._replies = wire.SliceEncoder("action")
         self._decoder = wire.SchemaDecoder(self._request_schema, self.max_bytes, "observation")
+        self._admitted = AdmittedRequests(actors)
+        self._remember = True  # (set again when serving starts)
 
     # -- compute -----------------------------------------------------------------
     def warmup(self) -> None:
@@ -163,15 +171,22 @@ class PolicyWorker(Worker):
         padded to the smallest bucket (the padding rows hold whatever an earlier batch
         left there; their outputs are dropped).
         """
-        bucket = self._batch.bucket(rows)
         if named is not None:
             for k, v in named.items():
                 self._batch.arrays[k][:rows] = v
         versioned = versioned or self.store.get(self.policy)
-        obs, carry = self._inputs[bucket]
-        action, carry, extras = self._act(versioned.params, obs, carry, self._keys.next())
-        out = {"action": action, "logp": extras["logp"], **self._carry.to_named(carry)}
+        out = self._act_bucket(rows, versioned.params)
         return {k: np.asarray(v)[:rows] for k, v in out.items()}, versioned.version
+
+    def _act_bucket(self, rows: int, params) -> dict:
+        """``act`` on the smallest bucket of the batch buffer holding ``rows`` rows: the
+        reply arrays (device arrays of the bucket's size, padding rows included)."""
+        obs, carry = self._inputs[self._batch.bucket(rows)]
+        action, carry, extras = self._act(params, obs, carry, self._keys.next())
+        out = {"action": action, "logp": extras["logp"]}
+        if self._carry.names:
+            out.update(self._carry.to_named(carry))
+        return out
 
     def _infer_versions(self, named: dict, rows: int) -> tuple[dict, int]:
         """:meth:`infer` per parameter version of the rows' ``opponent`` (self-play);
@@ -208,7 +223,9 @@ class PolicyWorker(Worker):
     def parse(self, frames: list) -> tuple[bytes, dict, dict, int] | None:
         """Check one received request (``[identity, *wire frames]``) against the wire
         format and the actor table: ``(identity, meta, named arrays, rows)``, or ``None``
-        for a ping (the actor is recorded as alive).
+        for a ping (the actor is recorded as alive). The serving loop remembers the
+        verdicts of accepted requests and admits repeats of them without calling it
+        (:mod:`jaxsrl.workers.inference.admitted`), unless a subclass overrides it.
 
         Raises:
           WireError (and its ``StaleRunError``): the request is malformed or from an
@@ -254,40 +271,72 @@ class PolicyWorker(Worker):
             sock.close()
 
     def _serve(self, sock: zmq.Socket) -> None:
-        batch, buf = [], self._batch
+        batch, buf, admitted = [], self._batch, self._admitted
+        # Remembered verdicts are parse's own: a subclass (or a patch) overriding parse may
+        # decide per request, so then every request goes through it.
+        self._remember = type(self).parse is _OWN_PARSE
+        heard = set()  # actors of admitted requests, recorded as seen once per batch
+        max_rows, actors, wait = self.max_rows, self.actors, self.deadline_s > 0
         while not self.stop.is_set():
             self.beat()
             try:
-                frames = recv_frames(sock)  # waits 100 ms at most (the socket's receive timeout)
+                frames = recv_routed(sock)  # waits 100 ms at most (the socket's receive timeout)
             except zmq.Again:
                 continue
             t0 = time.perf_counter()
             deadline = t0 + self.deadline_s
             while frames is not None:
-                try:
-                    parsed = self.parse(frames)
-                except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
-                    drop_input(self.drops, self.name, exc, self.metrics, "dropped_requests",
-                               "stale_run_requests_dropped")
-                    parsed = None
-                if parsed is not None:  # (None: a ping or a dropped request)
-                    identity, meta, arrays, n = parsed
-                    if buf.rows + n > self.max_rows:  # answer it in the next call
+                verdict = admitted.get(frames)  # accepted before, and nothing it rests on changed
+                if verdict is not None:
+                    n = verdict.rows
+                    if buf.rows + n > max_rows:  # answer it in the next call
                         self._answer(sock, batch)
-                        batch = []
-                    # its rows go straight to the batch buffer (the frames are dropped now)
-                    batch.append((identity, meta.get("group"), buf.add(arrays, n), n))
-                if buf.rows >= self.max_rows:
+                        batch.clear()
+                    start = buf.add_frames(frames, verdict.arrays, n)
+                    batch.append((frames[0], verdict.group, start, n))
+                    if actors is not None:
+                        heard.add(verdict.actor)
+                else:
+                    self._check_and_add(sock, frames, batch)
+                if buf.rows >= max_rows:
                     break
                 try:
-                    frames = recv_frames(sock, _NOBLOCK)
+                    frames = recv_routed(sock, _NOBLOCK)
                 except zmq.Again:
-                    frames = self._next_request(sock, deadline)
+                    frames = self._next_request(sock, deadline) if wait else None
             if batch:
                 self._answer(sock, batch)
-                batch = []
+                batch.clear()
                 self.metrics.add_sample("inference/latency_ms", 1e3 * (time.perf_counter() - t0))
                 self.metrics.count("inference/batches")
+            if heard:
+                actors.seen_all(heard)
+                heard.clear()
+
+    def _check_and_add(self, sock: zmq.Socket, frames: list, batch: list) -> None:
+        """Check a request in full (:meth:`parse`); drop it (logged and counted) or add its
+        rows to the batch buffer and ``batch``, answering the batch first if they do not
+        fit; remember an accepted request's verdict."""
+        generation = self._admitted.generation()  # before the check: see AdmittedRequests
+        try:
+            parsed = self.parse(frames)
+        except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
+            drop_input(self.drops, self.name, exc, self.metrics, "dropped_requests",
+                       "stale_run_requests_dropped")
+            return
+        if parsed is None:  # a ping
+            return
+        identity, meta, arrays, n = parsed
+        buf = self._batch
+        if buf.rows + n > self.max_rows:  # answer it in the next call
+            self._answer(sock, batch)
+            batch.clear()
+        # its rows go straight to the batch buffer (the frames are dropped now)
+        batch.append((identity, meta.get("group"), buf.add(arrays, n), n))
+        if self._remember and "games" not in meta and all(
+                a.dtype == buf.arrays[k].dtype for k, a in arrays.items()):
+            actor = None if self.actors is None else message_ids(meta)[0]
+            self._admitted.remember(frames, generation, actor, meta["group"], n, list(arrays))
 
     def _next_request(self, sock: zmq.Socket, deadline: float) -> list | None:
         """The first request that comes before ``deadline``; ``None`` if none does."""
@@ -296,7 +345,7 @@ class PolicyWorker(Worker):
             if remaining <= 0 or not sock.poll(remaining * 1000):
                 return None
             try:
-                return recv_frames(sock, _NOBLOCK)
+                return recv_routed(sock, _NOBLOCK)
             except zmq.Again:  # (another reader cannot exist; a message that went away)
                 continue
 
@@ -318,3 +367,6 @@ class PolicyWorker(Worker):
         for identity, group, start, n in batch:
             send_frames(sock, identity, replies.frames(
                 start, n, {"group": group, "version": version}, (group, version)))
+
+
+_OWN_PARSE = PolicyWorker.parse  # (the class's own, whatever replaces it later)
