@@ -58,10 +58,10 @@ def auto_mode(cfg: Any, flow: Any, off_policy: bool, accelerator: bool) -> tuple
                (bool(cfg.population), "a population"),
                (cfg.opponents.enabled, "self-play opponents"),
                (cfg.remote_inference, "--remote_inference"),
-               (cfg.inference_servers != 1, f"inference_servers={cfg.inference_servers}"),
-               (bool(cfg.inference_deadline_ms), "an inference deadline"),
-               (len(flow.policy_workers) != 1 or any(w.count != 1 for w in flow.policy_workers),
-                "several inference servers")]
+               (bool(cfg.inference_deadline_ms), "an inference deadline")]
+    several = len(flow.policy_workers) != 1 or any(w.count != 1 for w in flow.policy_workers)
+    if several and not (cfg.dataflow or cfg.population):  # those already say why
+        reasons.append((True, f"inference_servers={cfg.inference_servers}"))
     why = [text for hit, text in reasons if hit]
     if why:
         return "server", "auto: server (" + ", ".join(why) + ")"
@@ -83,19 +83,22 @@ def check(cfg: Any, flow: Any) -> None:
     if cfg.inference != "inline":
         return
     if cfg.remote_inference:
-        raise ValueError("--inline_inference runs act inside the actors: it starts no inference "
-                         "server, so --remote_inference has none to place (choose one)")
+        raise ValueError("--inference=inline runs act inside the actors: it starts no inference "
+                         "server, so --remote_inference has none to place (choose one; a "
+                         "resumed run keeps its config.json's mode: add --inference=server)")
     if cfg.opponents.enabled:
         raise ValueError(f"opponents.snapshot_every={cfg.opponents.snapshot_every} does not work "
-                         "with --inline_inference: opponent snapshots are served by inference "
-                         "servers (set opponents.snapshot_every=0 or drop --inline_inference)")
+                         "with --inference=inline: opponent snapshots are served by inference "
+                         "servers (set opponents.snapshot_every=0 or --inference=server)")
     if cfg.inference_servers != 1:
         raise ValueError(f"inference_servers={cfg.inference_servers} does not apply with "
-                         "--inline_inference: no inference server runs (the actors act)")
+                         "--inference=inline: no inference server runs (the actors act; a resumed "
+                         "run keeps its config.json's mode: add --inference=server)")
     if cfg.inference_deadline_ms:
         raise ValueError(f"inference_deadline_ms={cfg.inference_deadline_ms} does not apply with "
-                         "--inline_inference: there is no server to batch requests")
+                         "--inference=inline: there is no server to batch requests (add "
+                         "--inference=server)")
     for worker in flow.policy_workers:
         if worker.count != 1:
             raise ValueError(f"policy worker {worker.name!r} has count={worker.count}, which "
-                             "does not apply with --inline_inference: no inference server runs")
+                             "does not apply with --inference=inline: no inference server runs")

@@ -314,10 +314,12 @@ def _start_workers(run: Run) -> None:
         w.worker.ready.wait()
         if w.worker.error is not None:
             raise ComponentDied(f"{w.name} failed to start: {w.worker.error!r}") from w.worker.error
-    log.info("servers listening after %.1f s; starting actors while act (batch sizes %s) "
-             "and learn compile on %d device(s) (the first run of a config compiles for "
-             "longer; later runs hit the XLA cache)", run.clock(),
-             [s.buckets for s in run.servers.values()], run.placement.local_mesh.size)
+    acting = ("the actors compile act (inline inference) and learn compiles"
+              if run.cfg.inline_inference else
+              f"act (batch sizes {[s.buckets for s in run.servers.values()]}) and learn compile")
+    log.info("servers listening after %.1f s; starting actors while %s on %d device(s) (the "
+             "first run of a config compiles for longer; later runs hit the XLA cache)",
+             run.clock(), acting, run.placement.local_mesh.size)
 
 
 def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | None,

@@ -93,13 +93,13 @@ def test_resuming_a_run_saved_with_the_old_key_keeps_its_mode(tmp_path):
 
 
 @pytest.mark.parametrize("flags, match", [
-    (["--remote_inference"], r"--inline_inference runs act inside the actors: it starts no "
+    (["--remote_inference"], r"--inference=inline runs act inside the actors: it starts no "
                              r"inference server, so --remote_inference"),
-    (["--inference_servers=2"], r"inference_servers=2 does not apply with --inline_inference"),
+    (["--inference_servers=2"], r"inference_servers=2 does not apply with --inference=inline"),
     (["--inference_deadline_ms=2"], r"inference_deadline_ms=2.0 does not apply"),
     (["--env=hide_and_seek", "--config=configs/hide_and_seek_teams.toml",
       "--config=configs/hide_and_seek_selfplay.toml"],
-     r"opponents.snapshot_every=4 does not work with --inline_inference"),
+     r"opponents.snapshot_every=4 does not work with --inference=inline"),
 ])
 def test_what_inline_inference_cannot_do_is_a_one_line_error(flags, match):
     with pytest.raises(ValueError, match=match) as info:
