@@ -24,7 +24,8 @@ def legacy_key(data: dict, path: str) -> dict:
     ``inline_inference`` turned into ``inference`` (``true``: inline, ``false``: server).
 
     Raises:
-      ValueError: ``inline_inference`` is not a bool (``path`` names the file).
+      ValueError: ``inline_inference`` is not a bool, or contradicts an ``inference`` key
+        of the same file (``path`` names the file).
     """
     if "inline_inference" not in data:
         return data
@@ -32,7 +33,11 @@ def legacy_key(data: dict, path: str) -> dict:
     value = data.pop("inline_inference")
     if not isinstance(value, bool):
         raise ValueError(f"{path}: inline_inference={value!r} must be true or false")
-    data.setdefault("inference", "inline" if value else "server")
+    mode = "inline" if value else "server"
+    if data.get("inference", mode) != mode:
+        raise ValueError(f"{path}: inline_inference={str(value).lower()} contradicts "
+                         f"inference={data['inference']!r} (keep one of them)")
+    data["inference"] = mode
     return data
 
 

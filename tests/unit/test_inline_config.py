@@ -80,6 +80,16 @@ def test_a_bad_inline_inference_key_or_inference_value_is_a_one_line_error(tmp_p
     assert "\n" not in str(info.value)
 
 
+def test_the_old_key_contradicting_the_new_one_is_refused(tmp_path):
+    toml = tmp_path / "both.toml"
+    toml.write_text('inline_inference = false\ninference = "inline"\n')
+    with pytest.raises(ValueError, match=r"both.toml: inline_inference=false contradicts "
+                                         r"inference='inline' \(keep one of them\)"):
+        load_config([f"--config={toml}"])
+    toml.write_text('inline_inference = true\ninference = "inline"\n')  # agreeing: fine
+    assert load_config([f"--config={toml}"]).inference == "inline"
+
+
 def test_resuming_a_run_saved_with_the_old_key_keeps_its_mode(tmp_path):
     """An older run's ``config.json`` says ``inline_inference``: its mode is kept."""
     logdir = tmp_path / "run"
