@@ -4,7 +4,8 @@
   run with ``once_file``, or always). Actor processes register it through a
   ``sitecustomize`` module that the :func:`flaky_env_path` fixture puts on their
   ``PYTHONPATH`` (the launcher passes its environment on to actors).
-* :func:`small_args`, :func:`actor_children`, :func:`wait_for`, :func:`records`.
+* :func:`small_args`, :func:`actor_children`, :func:`wait_for`, :func:`records`,
+  :func:`train_until`.
 * :class:`Servers`: a policy worker (fake ``act``) and a trainer (fake ``learn``) in
   threads of this process, with an actor table knowing actor 0 (run 1) and 1 (run 2),
   plus helpers that build valid requests and segments.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from typing import NamedTuple
@@ -121,6 +123,34 @@ def actor_children(pid: int | None = None) -> list:
 
 def actor_spec(proc: psutil.Process) -> dict:
     return json.loads(proc.cmdline()[-1])
+
+
+def train_until(cfg, watch) -> dict:
+    """Run ``train(cfg)`` (a run with no reachable step budget) while ``watch(out)`` runs
+    in a thread; when it returns, SIGTERM this process, which ends ``train`` cleanly
+    (``KeyboardInterrupt``). Returns ``out``, the dict ``watch`` filled; an exception of
+    ``watch`` (e.g. :func:`wait_for` timing out) fails the test.
+
+    A test that stops the run once it has seen what it waits for cannot be raced by a
+    step budget that fast actors reach first."""
+    from jaxsrl.launch.launcher import train  # not at import: actors import this module
+
+    out: dict = {}
+
+    def go():
+        try:
+            watch(out)
+        except BaseException as exc:  # reported below
+            out["error"] = exc
+        os.kill(os.getpid(), signal.SIGTERM)  # train() stops cleanly
+
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    th.join(10)
+    assert "error" not in out, out.get("error")
+    return out
 
 
 def wait_for(cond, timeout_s: float, what: str, interval_s: float = 0.05):

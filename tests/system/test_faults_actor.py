@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import threading
 
 import psutil
 import pytest
@@ -16,38 +15,31 @@ from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch.launcher import ComponentDied, restart_delay, train
 from jaxsrl.workers.inference.policy import PolicyWorker
 from test_faults_helpers import (FLAKY_ENV, actor_children, actor_spec, flaky_env_path,  # noqa: F401
-                              records, small_args, wait_for)
+                              records, small_args, train_until, wait_for)
 
 
-def _inject(logdir: str, sig: int, out: dict) -> threading.Thread:
-    """In the background: once training is under way, send ``sig`` to one actor, wait
-    for its replacement and for the learner to move on, then SIGTERM this process
-    (which ends ``train`` cleanly). ``out`` gets learner versions and both specs."""
+def _kill_one_actor(logdir: str, sig: int):
+    """A :func:`train_until` watch: once training is under way, send ``sig`` to one
+    actor, wait for its replacement and for the learner to move on. ``out`` gets learner
+    versions and both specs."""
 
     def version():
         return max([r["policy_version"] for r in records(logdir)] or [0])
 
-    def go():
-        try:
-            wait_for(lambda: version() >= 2, 60, "training to start")
-            victim = actor_children()[0]
-            out["spec"] = actor_spec(victim)
-            out["version"] = version()
-            os.kill(victim.pid, sig)
+    def watch(out):
+        wait_for(lambda: version() >= 2, 60, "training to start")
+        victim = actor_children()[0]
+        out["spec"] = actor_spec(victim)
+        out["version"] = version()
+        os.kill(victim.pid, sig)
 
-            def replacement():
-                return [p for p in actor_children() if p.pid != victim.pid
-                        and actor_spec(p)["actor_id"] == out["spec"]["actor_id"]]
-            out["new_spec"] = actor_spec(wait_for(replacement, 60, "the restarted actor")[0])
-            out["version_at_restart"] = version()
-            wait_for(lambda: version() >= out["version_at_restart"] + 5, 60, "more updates")
-        except BaseException as exc:  # reported by the test
-            out["error"] = exc
-        os.kill(os.getpid(), signal.SIGTERM)  # train() stops cleanly
-
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    return th
+        def replacement():
+            return [p for p in actor_children() if p.pid != victim.pid
+                    and actor_spec(p)["actor_id"] == out["spec"]["actor_id"]]
+        out["new_spec"] = actor_spec(wait_for(replacement, 60, "the restarted actor")[0])
+        out["version_at_restart"] = version()
+        wait_for(lambda: version() >= out["version_at_restart"] + 5, 60, "more updates")
+    return watch
 
 
 @pytest.mark.parametrize("sig, extra", [
@@ -58,12 +50,7 @@ def _inject(logdir: str, sig: int, out: dict) -> threading.Thread:
 def test_killed_or_hung_actor_is_restarted_and_training_goes_on(tmp_path, sig, extra):
     logdir = str(tmp_path / "run")
     cfg = load_config(small_args(logdir, "--total_env_steps=100000000", *extra))
-    out: dict = {}
-    th = _inject(logdir, sig, out)
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg)
-    th.join(10)
-    assert "error" not in out, out.get("error")
+    out = train_until(cfg, _kill_one_actor(logdir, sig))
     last = records(logdir)[-1]
     assert last["actor_restarts"] >= 1
     restarts = RunDir(logdir).read_events("actor_restart")
@@ -89,24 +76,14 @@ def test_environment_error_restarts_the_actor_with_the_traceback(tmp_path, flaky
     cfg = load_config(small_args(logdir, "--total_env_steps=100000000"))
     cfg = dataclasses.replace(cfg, env=FLAKY_ENV, env_kwargs={
         "fail_in": "step", "fail_after": 40, "once_file": str(tmp_path / "failed")})
-    out: dict = {}
 
-    def go():
-        try:
-            out["record"] = wait_for(
-                lambda: [r for r in records(logdir)
-                         if r.get("actor_restarts") == 1 and r["env_steps"] >= 4000], 120,
-                "the restart and 4,000 steps")[0]
-        except BaseException as exc:  # reported by the test
-            out["error"] = exc
-        os.kill(os.getpid(), signal.SIGTERM)  # train() stops cleanly
+    def watch(out):
+        out["record"] = wait_for(
+            lambda: [r for r in records(logdir)
+                     if r.get("actor_restarts") == 1 and r["env_steps"] >= 4000], 120,
+            "the restart and 4,000 steps")[0]
 
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg)
-    th.join(10)
-    assert "error" not in out, out.get("error")
+    train_until(cfg, watch)
     (restart,) = RunDir(logdir).read_events("actor_restart")
     assert restart["code"] == EXIT_ENV_ERROR
     assert restart["error"].startswith("environment step raised RuntimeError: injected step failure")
@@ -157,26 +134,16 @@ def test_actor_cut_off_from_a_serving_server_is_restarted(tmp_path, monkeypatch)
     logdir = str(tmp_path / "run")
     cfg = load_config(small_args(logdir, "--total_env_steps=100000000",
                                  "--actor_timeout_s=1.5"))
-    out: dict = {}
 
-    def go():
-        try:
-            rd = RunDir(logdir)
-            out["restart"] = wait_for(lambda: rd.read_events("actor_restart"), 120,
-                                      "the cut-off actor's restart")[0]
-            steps = max(r["env_steps"] for r in records(logdir))
-            wait_for(lambda: sum(r["env_steps"] > steps for r in records(logdir)) >= 3,
-                     120, "training to go on after the restart")
-        except BaseException as exc:  # reported by the test
-            out["error"] = exc
-        os.kill(os.getpid(), signal.SIGTERM)  # train() stops cleanly
+    def watch(out):
+        rd = RunDir(logdir)
+        out["restart"] = wait_for(lambda: rd.read_events("actor_restart"), 120,
+                                  "the cut-off actor's restart")[0]
+        steps = max(r["env_steps"] for r in records(logdir))
+        wait_for(lambda: sum(r["env_steps"] > steps for r in records(logdir)) >= 3,
+                 120, "training to go on after the restart")
 
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg)
-    th.join(10)
-    assert "error" not in out, out.get("error")
+    out = train_until(cfg, watch)
     last = records(logdir)[-1]
     # Once; under heavy load a slow restart can time out once more (the same diagnosis).
     assert last["actor_unreachable"] >= 1

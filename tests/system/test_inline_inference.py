@@ -6,17 +6,14 @@ server), as actor processes and as serial-mode threads (the settings it refuses:
 from __future__ import annotations
 
 import os
-import signal
-import threading
 
 import psutil
-import pytest
 
 from jaxsrl.experiment.config import load_config
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch.launcher import train
 from test_end_to_end import SMALL, TWO_POLICIES
-from test_faults_helpers import records, wait_for
+from test_faults_helpers import records, train_until, wait_for
 
 INLINE = "--inline_inference"
 
@@ -34,23 +31,13 @@ def test_inline_actor_processes_train_cartpole(tmp_path):
     second, had been logged)."""
     logdir = str(tmp_path / "run")
     cfg = load_config(SMALL + [INLINE, "--total_env_steps=100000000", f"--logdir={logdir}"])
-    out: dict = {}
 
-    def go():
-        try:
-            wait_for(lambda: any("param_lag/inline" in r for r in records(logdir))
-                     and max(r.get("policy_version", 0) for r in records(logdir)) >= 2,
-                     120, "updates and the inline actors' statuses")
-        except BaseException as exc:  # reported by the test
-            out["error"] = exc
-        os.kill(os.getpid(), signal.SIGTERM)  # train() stops cleanly
+    def watch(out):
+        wait_for(lambda: any("param_lag/inline" in r for r in records(logdir))
+                 and max(r.get("policy_version", 0) for r in records(logdir)) >= 2,
+                 120, "updates and the inline actors' statuses")
 
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg)
-    th.join(10)
-    assert "error" not in out, out.get("error")
+    train_until(cfg, watch)
     intervals = _intervals(logdir)
     assert any("episode_return_mean" in r for r in intervals)
     assert any("param_lag/inline" in r for r in intervals)  # statuses of the actors arrived

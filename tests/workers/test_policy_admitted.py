@@ -6,6 +6,7 @@ reason as a first-time one. Also the actor table's ``generation`` and ``seen_all
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -37,24 +38,34 @@ def _request(obs=OBS, actor=0, run=1, group=0) -> list:
                                           {"actor": actor, "run": run, "group": group})]
 
 
-@pytest.fixture
-def served():
-    """A policy worker whose actor table accepts actor 0 in run 1."""
+@contextlib.contextmanager
+def _serving(cls=PolicyWorker, name="admitted-server"):
+    """A policy worker of ``cls`` whose actor table accepts actor 0 in run 1, serving in
+    a thread, and a DEALER connected to it: ``(worker, metrics, table, sock)``."""
     store, metrics, table = ParameterStore(), MetricsAccumulator(), ActorTable()
     store.publish("p", 3, jnp.float32(2.0))
     table.register(0, 1)
-    worker = PolicyWorker("admitted-server", "p", devices.jit_act(fake_act, devices.local_mesh()),
-                          lambda n: None, SPACE, store, metrics, max_rows=8, actors=table)
+    worker = cls(name, "p", devices.jit_act(fake_act, devices.local_mesh()),
+                 lambda n: None, SPACE, store, metrics, max_rows=8, actors=table)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     assert worker.serving.wait(60) and worker.error is None, worker.error
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(worker.address)
-    yield worker, metrics, table, sock
-    sock.close()
-    worker.stop.set()
-    thread.join(5)
+    try:
+        yield worker, metrics, table, sock
+    finally:
+        sock.close()
+        worker.stop.set()
+        thread.join(5)
+
+
+@pytest.fixture
+def served():
+    """A policy worker whose actor table accepts actor 0 in run 1."""
+    with _serving() as parts:
+        yield parts
 
 
 def _answered(sock, frames, group, timeout_s=20.0) -> bool:
@@ -198,24 +209,9 @@ def test_a_worker_whose_parse_is_overridden_checks_every_request_with_it(monkeyp
     else:
         cls = PolicyWorker
         monkeypatch.setattr(PolicyWorker, "parse", parse)
-    store, metrics, table = ParameterStore(), MetricsAccumulator(), ActorTable()
-    store.publish("p", 3, jnp.float32(2.0))
-    table.register(0, 1)
-    worker = cls("strict-server", "p", devices.jit_act(fake_act, devices.local_mesh()),
-                 lambda n: None, SPACE, store, metrics, max_rows=8, actors=table)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    assert worker.serving.wait(60) and worker.error is None, worker.error
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(worker.address)
-    try:
+    with _serving(cls, "strict-server") as (worker, metrics, table, sock):
         good = _request(group=1)
         assert _answered(sock, good, group=1) and _answered(sock, good, group=1)
         sock.send_multipart(good)
         _wait(lambda: metrics.counter("dropped_requests") == 1, "the third request's drop")
         assert calls["n"] == 3 and "refused after two" in worker.drops.recent()[-1].reason
-    finally:
-        sock.close()
-        worker.stop.set()
-        thread.join(5)
