@@ -4,9 +4,11 @@
 rung runs against another checkout's server too; no JAX, no environments). The spec::
 
     {"address": "tcp://127.0.0.1:PORT", "clients": 8, "in_flight": 2, "rows": 16,
-     "arrays": [[name, dtype, per-row shape], ...]}
+     "arrays": [[name, dtype, per-row shape], ...], "actor_base": 0}
 
-Each of ``clients`` DEALER sockets (actor ids 0..clients-1, run 0) sends ``in_flight``
+Each of ``clients`` DEALER sockets (actor ids ``actor_base`` .. ``actor_base + clients - 1``,
+run 0; ``actor_base`` defaults to 0, so that several such processes can feed one server
+with distinct ids) sends ``in_flight``
 requests of ``rows`` zero rows (encoded once, by :func:`jaxsrl.streams.wire.encode`)
 and sends a group's request again as soon as its reply comes, like an actor whose
 environments take no time. The first reply of every group is decoded and checked
@@ -56,6 +58,7 @@ def run(spec: dict) -> int:
     """Serve the protocol of the module docstring; returns the exit code."""
     rows, clients, in_flight = int(spec["rows"]), int(spec["clients"]), int(spec["in_flight"])
     timeout_ms = int(1000 * float(spec.get("timeout_s", 120.0)))
+    base = int(spec.get("actor_base", 0))
     arrays = {name: np.zeros((rows, *shape), dtype) for name, dtype, shape in spec["arrays"]}
     ctx = zmq.Context()
     poller = zmq.Poller()
@@ -64,7 +67,7 @@ def run(spec: dict) -> int:
         sock = open_socket(ctx, zmq.DEALER)
         sock.connect(spec["address"])
         socks.append(sock)
-        requests.append([wire.encode("act", arrays, {"actor": i, "run": 0, "group": g})
+        requests.append([wire.encode("act", arrays, {"actor": base + i, "run": 0, "group": g})
                          for g in range(in_flight)])
         poller.register(sock, zmq.POLLIN)
     stdin = sys.stdin.fileno()

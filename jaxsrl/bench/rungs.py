@@ -50,6 +50,9 @@ class Options:
     """Rung 6 actor counts."""
     server_rows: tuple = (1, 16, 64)
     """Rung 9 (server only): rows per request, one point each."""
+    server_client_procs: int = 1
+    """Rung 9: fake-actor processes feeding the server (``server_only.measure``'s
+    ``client_procs``)."""
     rungs: tuple = RUNGS
     """Which rungs to run."""
     workdir: str = ""
@@ -136,7 +139,7 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
         rungs["server_only"] = _guard("rung 9, inference server only", lambda: server_only.measure(
             get_built().observation_space, get_built().action_space, get_built().fns.initial_carry,
             opts.server_rows, duration_s=opts.rung_s, warmup_s=opts.warmup_s, host=cfg.host,
-            mesh=get_built().mesh), log)
+            mesh=get_built().mesh, client_procs=opts.server_client_procs), log)
 
     if "learner" in opts.rungs:
         rungs["learner"] = _guard("rung 4, learner", lambda: learner.measure(

@@ -5,24 +5,31 @@ What one request costs the server itself, without the policy's arithmetic: a
 ROUTER socket, request loop, checks (the actor table's too: the fake actors are
 registered as a run's), batching, jitted ``act`` over the local mesh, replies) serves
 :func:`trivial_act` (zeros for actions and ``logp``, the carry passed through: no XLA
-arithmetic to speak of) to the DEALER sockets of one fake-actor
-process (:mod:`jaxsrl.bench.fake_clients`, no JAX, no environments) over tcp loopback,
-``clients`` x ``in_flight`` requests of ``rows`` rows outstanding. For each
+arithmetic to speak of) to the DEALER sockets of ``client_procs`` (default 1) fake-actor
+processes (:mod:`jaxsrl.bench.fake_clients`, no JAX, no environments) over tcp loopback,
+``client_procs`` x ``clients`` x ``in_flight`` requests of ``rows`` rows outstanding (each
+socket a distinct actor id registered in the server's actor table). For each
 rows-per-request size the window of ``duration_s`` (after ``warmup_s``) gives:
 
-* ``requests_per_s``, ``rows_per_s``: round trips the clients completed, per wall second;
+* ``requests_per_s``, ``rows_per_s``: round trips the clients completed, per wall second
+  (all client processes together; ``requests_by_client_proc``: each one's count);
 * ``server_cpu_s``: CPU seconds of this process over the window (``time.process_time``:
   user + system of every thread: the policy thread, XLA's threads, ZeroMQ's I/O thread; the
   main thread sleeps); ``server_cores`` = that / wall seconds;
 * ``rows_per_server_core_s`` = rows / ``server_cpu_s`` (rows/s per server core) and
   ``cpu_us_per_request`` = 1e6 x ``server_cpu_s`` / requests: what the issue measures;
 * ``cpu_us_per_request_by_thread``: that split by thread kind (psutil's per-thread times:
-  ``policy`` thread, ``zmq`` I/O, ``xla`` pool, ``other``), ``client_cores``: the fake actors' CPU per wall second, and the
-  server's batch means (``inference/batch_rows``, ``inference/requests``).
+  ``policy`` thread, ``zmq`` I/O, ``xla`` pool, ``other``), ``client_cores``: the fake
+  actors' CPU per wall second (summed over their processes), and the server's batch
+  means (``inference/batch_rows``, ``inference/requests``).
 
-On a shared machine the rates vary with the other load; the CPU figures much less.
+On a shared machine the rates vary with the other load; the CPU figures much less. They
+do vary with how full the clients keep the server's queue (``requests_per_batch_mean``):
+one client process (about 0.8 of a core) no longer saturates a fast server, and several
+(``--client_procs``) take cores the server would otherwise have.
 
-``python jaxsrl/bench/server_only.py [--env=CartPole-v1] [--rows=1,16,64] [--seconds=3]``
+``python jaxsrl/bench/server_only.py [--env=CartPole-v1] [--rows=1,16,64] [--seconds=3]
+[--client_procs=1]``
 prints one JSON report; run by path, a copy of this file and of ``fake_clients.py``
 measures another checkout's server (``PYTHONPATH=<checkout> python /tmp/x/server_only.py``).
 """
@@ -91,8 +98,7 @@ def _threads_cpu_s(policy_tid: int) -> dict:
 
 def _ask(proc: subprocess.Popen, line: str | None = None) -> dict:
     if line is not None:
-        proc.stdin.write(line + "\n")
-        proc.stdin.flush()
+        _tell(proc, line)
     answer = proc.stdout.readline()
     if not answer:
         proc.wait(10)
@@ -101,36 +107,55 @@ def _ask(proc: subprocess.Popen, line: str | None = None) -> dict:
     return json.loads(answer)
 
 
+def _tell(proc: subprocess.Popen, line: str) -> None:
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
+def _count(procs: list) -> list:
+    """Every client process's ``{"replies", "cpu_s"}``, asked of all before any is read
+    (the processes answer at nearly the same instant)."""
+    for proc in procs:
+        _tell(proc, "count")
+    return [_ask(proc) for proc in procs]
+
+
 def _point(worker: PolicyWorker, thread: threading.Thread, metrics: MetricsAccumulator,
            arrays: list, rows: int, clients: int, in_flight: int, duration_s: float,
-           warmup_s: float) -> dict:
-    spec = {"address": worker.address, "clients": clients, "in_flight": in_flight,
-            "rows": rows, "arrays": arrays}
-    proc = subprocess.Popen([sys.executable, CLIENTS_SCRIPT, json.dumps(spec)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, bufsize=1)
+           warmup_s: float, client_procs: int = 1) -> dict:
+    procs = []
     try:
-        _ask(proc)  # {"ready": true}: every group was answered once
+        for j in range(client_procs):  # process j's sockets are actors j*clients ..
+            spec = {"address": worker.address, "clients": clients, "in_flight": in_flight,
+                    "rows": rows, "arrays": arrays, "actor_base": j * clients}
+            procs.append(subprocess.Popen(
+                [sys.executable, CLIENTS_SCRIPT, json.dumps(spec)], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1))
+        for proc in procs:
+            _ask(proc)  # {"ready": true}: every group was answered once
         time.sleep(warmup_s)
         metrics.snapshot(1.0)  # a fresh interval of batch means
-        c0, t0, cpu0, th0 = _ask(proc, "count"), time.perf_counter(), _cpu_s(), \
+        c0, t0, cpu0, th0 = _count(procs), time.perf_counter(), _cpu_s(), \
             _threads_cpu_s(thread.native_id)
         time.sleep(duration_s)
-        c1, t1, cpu1, th1 = _ask(proc, "count"), time.perf_counter(), _cpu_s(), \
+        c1, t1, cpu1, th1 = _count(procs), time.perf_counter(), _cpu_s(), \
             _threads_cpu_s(thread.native_id)
         record = metrics.snapshot(t1 - t0)
-        proc.stdin.write("stop\n")
-        proc.stdin.flush()
-        proc.wait(10)
+        for proc in procs:
+            _tell(proc, "stop")
+        for proc in procs:
+            proc.wait(10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            pipe.close()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                pipe.close()
     worker.raise_error()
     seconds, cpu = t1 - t0, max(cpu1 - cpu0, 1e-9)
-    requests = c1["replies"] - c0["replies"]
+    by_proc = [b["replies"] - a["replies"] for a, b in zip(c0, c1)]
+    requests = sum(by_proc)
     return {
         "rows_per_request": rows,
         "requests_per_s": requests / seconds,
@@ -141,7 +166,8 @@ def _point(worker: PolicyWorker, thread: threading.Thread, metrics: MetricsAccum
         "cpu_us_per_request": 1e6 * cpu / max(requests, 1),
         "cpu_us_per_request_by_thread": {k: 1e6 * (th1[k] - th0[k]) / max(requests, 1)
                                          for k in th0},
-        "client_cores": (c1["cpu_s"] - c0["cpu_s"]) / seconds,
+        "client_cores": sum(b["cpu_s"] - a["cpu_s"] for a, b in zip(c0, c1)) / seconds,
+        "requests_by_client_proc": by_proc,
         "batch_rows_mean": record.get("inference/batch_rows"),
         "requests_per_batch_mean": record.get("inference/requests"),
         "seconds": seconds,
@@ -150,34 +176,39 @@ def _point(worker: PolicyWorker, thread: threading.Thread, metrics: MetricsAccum
 
 def measure(observation_space, action_space, initial_carry, rows: tuple = (1, 16, 64),
             clients: int = 8, in_flight: int = 2, duration_s: float = 3.0,
-            warmup_s: float = 0.5, host: str = "127.0.0.1", mesh=None) -> dict:
+            warmup_s: float = 0.5, host: str = "127.0.0.1", mesh=None,
+            client_procs: int = 1) -> dict:
     """Measure the server at each rows-per-request size of ``rows`` (see module docstring).
 
     Args:
       observation_space, action_space: per-row spaces of the requests and replies.
       initial_carry: the agent's ``initial_carry`` (its carry travels in every request).
       rows: rows per request, one point each (one server, ``max_rows`` =
-        ``clients * in_flight * max(rows)``, serves them all).
-      clients, in_flight: fake actor sockets and requests each keeps outstanding.
+        ``client_procs * clients * in_flight * max(rows)``, serves them all).
+      clients, in_flight: fake actor sockets (of each client process) and requests each
+        socket keeps outstanding.
       duration_s, warmup_s: measured and warm-up seconds of each point.
       host: interface the server binds.
       mesh: device mesh (default: the local one).
+      client_procs: fake-actor processes, each with ``clients`` sockets (actor ids
+        ``j * clients`` ..), counted together: replies and client CPU summed.
 
     Raises:
-      ValueError: a size in ``rows``, ``clients`` or ``in_flight`` below 1.
+      ValueError: a size in ``rows``, ``clients``, ``in_flight`` or ``client_procs`` below 1.
       RuntimeError: the server or the fake clients failed.
     """
-    if min(rows, default=0) < 1 or clients < 1 or in_flight < 1:
-        raise ValueError(f"rows {rows}, clients {clients} and in_flight {in_flight} must be >= 1")
+    if min(rows, default=0) < 1 or clients < 1 or in_flight < 1 or client_procs < 1:
+        raise ValueError(f"rows {rows}, clients {clients}, in_flight {in_flight} and "
+                         f"client_procs {client_procs} must be >= 1")
     mesh = mesh or devices.local_mesh()
     act = devices.jit_act(trivial_act(action_space), mesh)
     store, metrics = ParameterStore(), MetricsAccumulator()
     store.publish("bench", 0, devices.put_replicated({"w": jnp.zeros(())}, mesh))
     actors = ActorTable()  # the fake actors' ids are checked like a run's
-    for i in range(clients):
+    for i in range(client_procs * clients):
         actors.register(i, 0)
     worker = PolicyWorker("bench-server", "bench", act, initial_carry, observation_space, store,
-                          metrics, max_rows=clients * in_flight * max(rows),
+                          metrics, max_rows=client_procs * clients * in_flight * max(rows),
                           num_devices=mesh.size, host=host, actors=actors)
     arrays = [[k, s.dtype, list(s.shape[1:])] for k, s in obs_schema(observation_space).items()]
     arrays += [[k, s.dtype, list(s.shape[1:])]
@@ -187,17 +218,19 @@ def measure(observation_space, action_space, initial_carry, rows: tuple = (1, 16
         worker.raise_error()
         t_start = time.perf_counter()
         points = [_point(worker, thread, metrics, arrays, n, clients, in_flight, duration_s,
-                         warmup_s) for n in rows]
+                         warmup_s, client_procs) for n in rows]
     finally:
         worker.stop.set()
         thread.join(30)
     return {"points": points, "clients": clients, "in_flight": in_flight,
+            "client_procs": client_procs,
             "buckets": list(worker.buckets), "request_arrays": arrays,
             "measure_wall_s": time.perf_counter() - t_start}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone: ``server_only.py [--env=...] [--rows=1,16,64] [--seconds=3] [train flags]``."""
+    """Standalone: ``server_only.py [--env=...] [--rows=1,16,64] [--seconds=3]
+    [--client_procs=1] [train flags]``."""
     import argparse
 
     from jaxsrl.bench import agentfns
@@ -209,12 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup_s", type=float, default=0.5)
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--in_flight", type=int, default=2)
+    p.add_argument("--client_procs", type=int, default=1,
+                   help="fake-actor processes, each with --clients sockets")
     args, rest = p.parse_known_args(argv)
     cfg = load_config(rest or ["--env=CartPole-v1"])
     b = agentfns.build(cfg)
     out = measure(b.observation_space, b.action_space, b.fns.initial_carry,
                   tuple(int(x) for x in args.rows.split(",")), args.clients, args.in_flight,
-                  args.seconds, args.warmup_s, cfg.host, b.mesh)
+                  args.seconds, args.warmup_s, cfg.host, b.mesh, args.client_procs)
     out["env"] = cfg.env
     print(json.dumps(out))
     return 0

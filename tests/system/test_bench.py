@@ -163,8 +163,37 @@ def test_server_only_rung_serves_fake_actors_and_accounts_its_cpu():
     assert psutil.Process().children(recursive=True) == []
 
 
+def test_server_only_rung_sums_several_client_processes():
+    """Two fake-actor processes (actor ids 0-1 and 2-3) are both served and counted
+    together: their replies add up to the point's requests, its rows to rows x requests."""
+    import gymnasium
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxsrl.bench import server_only
+
+    out = server_only.measure(gymnasium.spaces.Box(-1, 1, (3,), np.float32),
+                              gymnasium.spaces.Discrete(2),
+                              lambda n: jnp.zeros((n,), jnp.float32), rows=(4,), clients=2,
+                              in_flight=2, duration_s=0.4, warmup_s=0.1, client_procs=2)
+    assert out["client_procs"] == 2 and out["buckets"][-1] >= 2 * 2 * 2 * 4
+    (p,) = out["points"]
+    by_proc = p["requests_by_client_proc"]
+    assert len(by_proc) == 2 and min(by_proc) > 0, by_proc
+    requests = sum(by_proc)
+    assert p["requests_per_s"] * p["seconds"] == pytest.approx(requests)
+    assert p["rows_per_s"] * p["seconds"] == pytest.approx(4 * requests)
+    assert p["rows_per_server_core_s"] == pytest.approx(4 * requests / p["server_cpu_s"])
+    assert p["cpu_us_per_request"] == pytest.approx(1e6 * p["server_cpu_s"] / requests)
+    assert 1 <= p["requests_per_batch_mean"] <= 8  # at most 2 x 2 x 2 waiting
+    assert p["batch_rows_mean"] == pytest.approx(4 * p["requests_per_batch_mean"])
+    assert psutil.Process().children(recursive=True) == []
+
+
 def test_server_only_rung_refuses_empty_sizes():
     from jaxsrl.bench import server_only
 
     with pytest.raises(ValueError, match="rows \\(0,\\)"):
         server_only.measure(None, None, None, rows=(0,))
+    with pytest.raises(ValueError, match="client_procs 0"):
+        server_only.measure(None, None, None, client_procs=0)
