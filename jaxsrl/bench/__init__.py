@@ -10,8 +10,8 @@
 4. ``learner``    samples/s of the jitted ``learn`` on synthetic batches;
 5. ``end_to_end`` training env steps/s through ``jaxsrl.launch.launcher.train``;
 6. ``scaling``    end-to-end env steps/s against the number of actor processes;
-9. ``server_only`` the real policy worker with a trivial policy and fake actors: rows/s
-   per server core and CPU per request (7 ``replay`` and 8 ``offpolicy``: their modules);
+9. ``server_only`` the real policy worker with a trivial policy and fake actors (one or
+   more fake-actor processes): rows/s per server core and CPU per request (7 ``replay`` and 8 ``offpolicy``: their modules);
 
 plus the peak resident memory of each process kind, and the compute-bound ceiling
 (cores / the core time per env step of env, act and learn) with end to end as a
