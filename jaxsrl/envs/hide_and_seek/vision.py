@@ -14,8 +14,10 @@ Lidar (mae:wrappers/lidar.py:34-38, 96-105): ``n_lidar`` horizontal rays from th
 agent's centre in the world frame, ray ``k`` at angle 2 pi k / n_lidar from +x,
 hitting what line of sight hits; the value is the distance to the first hit in
 metres, also beyond ``lidar_range``, and ``lidar_range`` where nothing is hit.
-All rays of an observer go through one ``mujoco.mj_multiRay`` call; the arithmetic
-around them is two compiled loops (``kernels.py``).
+The rays are cast by a compiled loop that follows MuJoCo's ``mj_ray`` for spheres,
+boxes and meshes (``kernels.cast_rays``; ``Vision.mujoco_rays`` casts the same bundle with
+``mujoco.mj_multiRay``, the reference it is tested against); the arithmetic around them
+is two compiled loops too (``kernels.py``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,16 @@ class Vision:
         self._tgt_geom = np.asarray(index.geom, np.intp)[self.targets]  # [A, N - 1]
         self._tgt_body = np.asarray(index.body, np.int64)[self.targets]  # [A, N - 1]
         self._geom_body = np.asarray(model.geom_bodyid, np.int64)  # geom id -> body id
+        # the geoms a ray can meet: mj_ray's filters (group, alpha 0 invisible; static included)
+        group = np.clip(model.geom_group, 0, 5)
+        alpha = np.where(model.geom_matid < 0, model.geom_rgba[:, 3],
+                         model.mat_rgba[np.maximum(model.geom_matid, 0), 3] if model.nmat else 1.0)
+        self._ray_geoms = np.flatnonzero((self._groups[group] > 0) & (alpha != 0)).astype(np.int64)
+        self.compiled_rays = bool(np.isin(model.geom_type[self._ray_geoms],
+                                          (kernels.SPHERE, kernels.BOX, kernels.MESH)).all())
+        """True: the rays are cast by ``kernels.cast_rays`` (the scene has only spheres,
+        boxes and meshes among the geoms a ray can meet); else by ``mujoco_rays``."""
+        self._mesh_vert = np.asarray(model.mesh_vert, np.float64).reshape(-1, 3)
         # One ray bundle per observer: N - 1 line-of-sight rays then L lidar rays.
         # Rows are contiguous views, written in place by mj_multiRay.
         self._vec = np.zeros((a, k + cfg.n_lidar, 3), np.float64)
@@ -89,6 +101,14 @@ class Vision:
         targets (columns as ``seen``) at the last ``sense``. Overwritten by the next."""
         self._shape = (a, n)
 
+    def mujoco_rays(self, data: mujoco.MjData, ids: np.ndarray, hit: np.ndarray) -> None:
+        """The ray bundle cast by ``mujoco.mj_multiRay``, one call per observer, into
+        ``ids`` ``[A, R]`` int32 and ``hit`` ``[A, R]`` float64 (the rays of the last
+        ``sense``; what ``kernels.cast_rays`` reproduces)."""
+        groups, m, nray = self._groups, self._model, self._nray
+        for eye, flat, body, ids_i, hit_i in zip(data.xpos[self._eye_sl], self._flat_rays, self._eye_bodies, ids, hit):
+            mujoco.mj_multiRay(m, data, eye, flat, groups, 1, body, ids_i, hit_i, None, nray, 1e6)
+
     def full(self, seen: np.ndarray) -> np.ndarray:
         """``[A, N]`` bool from ``[A, N - 1]`` ``seen``: column = target, the diagonal False."""
         out = np.zeros(self._shape, bool)
@@ -101,10 +121,15 @@ class Vision:
         a, k = self._shape[0], self._k
         kernels.line_of_sight(data.xpos, data.geom_xpos, data.qpos, self._eye_ids, self._tgt_geom,
                               self._facing, self._cos_half, self._vec, self._dist, self._in_cone)
-        ids, hit, groups, m = self._ids, self._hit, self._groups, self._model
-        multi_ray, nray = mujoco.mj_multiRay, self._nray
-        for eye, flat, body, ids_i, hit_i in zip(data.xpos[self._eye_sl], self._flat_rays, self._eye_bodies, ids, hit):
-            multi_ray(m, data, eye, flat, groups, 1, body, ids_i, hit_i, None, nray, 1e6)
+        ids, hit = self._ids, self._hit
+        if self.compiled_rays:
+            m = self._model
+            kernels.cast_rays(data.geom_xpos, data.geom_xmat, m.geom_size, m.geom_type, self._geom_body,
+                              m.geom_dataid, m.geom_rbound, self._ray_geoms, self._mesh_vert, m.mesh_face,
+                              m.mesh_vertadr, m.mesh_faceadr, m.mesh_facenum, data.xpos[self._eye_sl],
+                              self._eye_ids, self._vec, self._dist, ids, hit)
+        else:
+            self.mujoco_rays(data, ids, hit)
         seen = np.empty((a, k), np.bool_)
         if lidar is None:
             lidar = np.empty((a, self._n_lidar), np.float32)
