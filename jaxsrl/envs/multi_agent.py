@@ -57,6 +57,7 @@ class MultiAgentVectorEnv:
         self._lengths = np.zeros(num_envs, np.int64)
         self._arrays = [callable(getattr(env, "step_arrays", None)) for env in self.envs]
         self._rows: list = [None] * num_envs  # rows of each env's present agents (slice or index array)
+        self._flat_names: dict | None = None  # key -> flat name, for batches of flat dicts of arrays
 
     def _present_rows(self, e: int, env: Any):
         """Rows of ``env.agents`` (in that order): a slice when they are consecutive."""
@@ -136,6 +137,20 @@ class MultiAgentVectorEnv:
         return StepResult({k: v.copy() for k, v in self._obs.items()}, reward, terminated,
                           truncated, final, episodes, valid)
 
+    def _flatten(self, obs: dict) -> dict:
+        """``flatten_obs`` of a batch; a flat dict of arrays (hide-and-seek's) is renamed
+        with names computed once instead of walked every step."""
+        names = self._flat_names
+        if names is not None and len(obs) == len(names):
+            try:
+                return {names[k]: v for k, v in obs.items()}
+            except KeyError:
+                pass
+        flat = flatten_obs(obs)
+        if all(isinstance(v, np.ndarray) for v in obs.values()):
+            self._flat_names = {k: f"obs/{k}" for k in obs}
+        return flat
+
     def _step_arrays(self, e, env, action, reward, terminated, truncated, valid, final, episodes):
         """``step`` of env ``e`` through its ``step_arrays``; returns ``final`` (created
         when this env's episode ends)."""
@@ -148,8 +163,8 @@ class MultiAgentVectorEnv:
         truncated[rows] = trunc & ~term
         self._returns[e * A:(e + 1) * A] += reward[e * A:(e + 1) * A]
         self._lengths[e] += 1
-        flat = flatten_obs(obs)
-        if not (term.any() or trunc.any()):
+        flat = self._flatten(obs)
+        if not (np.count_nonzero(term) or np.count_nonzero(trunc)):
             for k, v in flat.items():
                 self._obs[k][rows] = v
             return final
