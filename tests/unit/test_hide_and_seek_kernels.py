@@ -1,6 +1,6 @@
 """The compiled parts of the hide-and-seek step against their references.
 
-* ``kernels.cast_rays`` (through ``Vision.sense``) against MuJoCo's own
+* ``raycast.cast_rays`` (through ``Vision.sense``) against MuJoCo's own
   ``mj_multiRay`` (``Vision.mujoco_rays``, used when ``compiled_rays`` is False) on
   random poses of every movable body, overlaps, bodies in the air and observers inside
   other geoms included: ``seen`` and the lidar must be equal, bit for bit.

@@ -15,9 +15,9 @@ agent's centre in the world frame, ray ``k`` at angle 2 pi k / n_lidar from +x,
 hitting what line of sight hits; the value is the distance to the first hit in
 metres, also beyond ``lidar_range``, and ``lidar_range`` where nothing is hit.
 The rays are cast by a compiled loop that follows MuJoCo's ``mj_ray`` for spheres,
-boxes and meshes (``kernels.cast_rays``; ``Vision.mujoco_rays`` casts the same bundle with
+boxes and meshes (``raycast.cast_rays``; ``Vision.mujoco_rays`` casts the same bundle with
 ``mujoco.mj_multiRay``, the reference it is tested against); the arithmetic around them
-is two compiled loops too (``kernels.py``).
+is two compiled loops (``kernels.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from jaxsrl.envs.hide_and_seek import kernels
+from jaxsrl.envs.hide_and_seek import kernels, raycast
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
 from jaxsrl.envs.hide_and_seek.scene import GROUP_AGENT, GROUP_BOX, GROUP_RAMP, GROUP_WALL, SceneIndex
 
@@ -75,8 +75,8 @@ class Vision:
                          model.mat_rgba[np.maximum(model.geom_matid, 0), 3] if model.nmat else 1.0)
         self._ray_geoms = np.flatnonzero((self._groups[group] > 0) & (alpha != 0)).astype(np.int64)
         self.compiled_rays = bool(np.isin(model.geom_type[self._ray_geoms],
-                                          (kernels.SPHERE, kernels.BOX, kernels.MESH)).all())
-        """True: the rays are cast by ``kernels.cast_rays`` (the scene has only spheres,
+                                          (raycast.SPHERE, raycast.BOX, raycast.MESH)).all())
+        """True: the rays are cast by ``raycast.cast_rays`` (the scene has only spheres,
         boxes and meshes among the geoms a ray can meet); else by ``mujoco_rays``."""
         self._mesh_vert = np.asarray(model.mesh_vert, np.float64).reshape(-1, 3)
         # One ray bundle per observer: N - 1 line-of-sight rays then L lidar rays.
@@ -104,7 +104,7 @@ class Vision:
     def mujoco_rays(self, data: mujoco.MjData, ids: np.ndarray, hit: np.ndarray) -> None:
         """The ray bundle cast by ``mujoco.mj_multiRay``, one call per observer, into
         ``ids`` ``[A, R]`` int32 and ``hit`` ``[A, R]`` float64 (the rays of the last
-        ``sense``; what ``kernels.cast_rays`` reproduces)."""
+        ``sense``; what ``raycast.cast_rays`` reproduces)."""
         groups, m, nray = self._groups, self._model, self._nray
         for eye, flat, body, ids_i, hit_i in zip(data.xpos[self._eye_sl], self._flat_rays, self._eye_bodies, ids, hit):
             mujoco.mj_multiRay(m, data, eye, flat, groups, 1, body, ids_i, hit_i, None, nray, 1e6)
@@ -124,7 +124,7 @@ class Vision:
         ids, hit = self._ids, self._hit
         if self.compiled_rays:
             m = self._model
-            kernels.cast_rays(data.geom_xpos, data.geom_xmat, m.geom_size, m.geom_type, self._geom_body,
+            raycast.cast_rays(data.geom_xpos, data.geom_xmat, m.geom_size, m.geom_type, self._geom_body,
                               m.geom_dataid, m.geom_rbound, self._ray_geoms, self._mesh_vert, m.mesh_face,
                               m.mesh_vertadr, m.mesh_faceadr, m.mesh_facenum, data.xpos[self._eye_sl],
                               self._eye_ids, self._vec, self._dist, ids, hit)
