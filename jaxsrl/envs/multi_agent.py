@@ -8,7 +8,10 @@ and ``StepResult.valid`` False for each of its steps, so learners can mask it ou
 (``Trajectory.valid``). The environment comes from a factory (or a module exposing
 ``make_env(**kwargs)``) returning a ``pettingzoo.ParallelEnv``, optionally with
 ``team_of(agent) -> str``; episode statistics found in ``info["episode_stats"]`` at the
-end of an episode are reported with each agent's episode. Imports no JAX.
+end of an episode are reported with each agent's episode. An environment that also has
+``step_arrays(actions [n, ...]) -> (obs {key: [n, ...]}, rewards [n], terminated [n],
+truncated [n], infos [n])`` over its current ``agents`` in order (as ``HideAndSeekEnv``
+does) is stepped through it: no per-agent dicts either side. Imports no JAX.
 """
 
 from __future__ import annotations
@@ -52,6 +55,17 @@ class MultiAgentVectorEnv:
         self._obs = {k: np.zeros((self.num_rows,) + shape, dtype) for k, (dtype, shape) in leaves.items()}
         self._returns = np.zeros(self.num_rows, np.float64)
         self._lengths = np.zeros(num_envs, np.int64)
+        self._arrays = [callable(getattr(env, "step_arrays", None)) for env in self.envs]
+        self._rows: list = [None] * num_envs  # rows of each env's present agents (slice or index array)
+        self._flat_names: dict | None = None  # key -> flat name, for batches of flat dicts of arrays
+
+    def _present_rows(self, e: int, env: Any):
+        """Rows of ``env.agents`` (in that order): a slice when they are consecutive."""
+        A = len(self.agents)
+        rows = np.array([e * A + self.agents.index(a) for a in env.agents], np.intp)
+        if len(rows) and np.array_equal(rows, rows[0] + np.arange(len(rows))):
+            return slice(int(rows[0]), int(rows[0]) + len(rows))
+        return rows
 
     def _write(self, e: int, obs: dict, out: dict) -> None:
         """Write env ``e``'s observations; rows of agents absent this episode get zeros."""
@@ -69,6 +83,7 @@ class MultiAgentVectorEnv:
         for e, env in enumerate(self.envs):
             obs, _ = env.reset(seed=self._seed + e)
             self._write(e, obs, self._obs)
+            self._rows[e] = self._present_rows(e, env)
         self._returns[:] = 0
         self._lengths[:] = 0
         return {k: v.copy() for k, v in self._obs.items()}
@@ -83,6 +98,9 @@ class MultiAgentVectorEnv:
         final = None
         episodes = []
         for e, env in enumerate(self.envs):
+            if self._arrays[e]:
+                final = self._step_arrays(e, env, action, reward, terminated, truncated, valid, final, episodes)
+                continue
             present = set(env.agents)  # variable team sizes: absent agents' rows idle
             acts = {agent: action[e * A + a] for a, agent in enumerate(self.agents) if agent in present}
             obs, rew, term, trunc, infos = env.step(acts)
@@ -112,11 +130,61 @@ class MultiAgentVectorEnv:
                 self._returns[e * A:(e + 1) * A] = 0
                 self._lengths[e] = 0
                 obs, _ = env.reset()
+                self._rows[e] = self._present_rows(e, env)
             self._write(e, obs, self._obs)
         if final is None:
             final = {k: np.zeros_like(v) for k, v in self._obs.items()}
         return StepResult({k: v.copy() for k, v in self._obs.items()}, reward, terminated,
                           truncated, final, episodes, valid)
+
+    def _flatten(self, obs: dict) -> dict:
+        """``flatten_obs`` of a batch; a flat dict of arrays (hide-and-seek's) is renamed
+        with names computed once instead of walked every step."""
+        names = self._flat_names
+        if names is not None and len(obs) == len(names):
+            try:
+                return {names[k]: v for k, v in obs.items()}
+            except KeyError:
+                pass
+        flat = flatten_obs(obs)
+        if all(isinstance(v, np.ndarray) for v in obs.values()):
+            self._flat_names = {k: f"obs/{k}" for k in obs}
+        return flat
+
+    def _step_arrays(self, e, env, action, reward, terminated, truncated, valid, final, episodes):
+        """``step`` of env ``e`` through its ``step_arrays``; returns ``final`` (created
+        when this env's episode ends)."""
+        A = len(self.agents)
+        rows = self._rows[e]
+        obs, rew, term, trunc, infos = env.step_arrays(action[rows])
+        valid[rows] = True
+        reward[rows] = rew
+        terminated[rows] = term
+        truncated[rows] = trunc & ~term
+        self._returns[e * A:(e + 1) * A] += reward[e * A:(e + 1) * A]
+        self._lengths[e] += 1
+        flat = self._flatten(obs)
+        if not (np.count_nonzero(term) or np.count_nonzero(trunc)):
+            for k, v in flat.items():
+                self._obs[k][rows] = v
+            return final
+        if final is None:
+            final = {k: np.zeros_like(v) for k, v in self._obs.items()}
+        for k, v in flat.items():
+            final[k][rows] = v
+        for j, row in enumerate(np.arange(self.num_rows)[rows]):
+            stats = infos[j].get("episode_stats", {})
+            episodes.append({"return": float(self._returns[row]), "length": int(self._lengths[e]),
+                             "team": self.row_team[row], **{k: float(v) for k, v in stats.items()}})
+        ended_by_term = bool(term.any())  # every agent's episode ends together
+        terminated[e * A:(e + 1) * A] = ended_by_term
+        truncated[e * A:(e + 1) * A] = not ended_by_term
+        self._returns[e * A:(e + 1) * A] = 0
+        self._lengths[e] = 0
+        obs, _ = env.reset()
+        self._rows[e] = self._present_rows(e, env)
+        self._write(e, obs, self._obs)
+        return final
 
     def close(self) -> None:
         for env in self.envs:

@@ -126,7 +126,8 @@ class HideAndSeekEnv(ParallelEnv):
         if layout is None:
             layout = generate_layout(self.config, self._rng)
         self._setup(layout)
-        obs = self._observe()
+        items = list(self._observe().items())
+        obs = {name: {k: v[i] for k, v in items} for i, name in enumerate(self.agents)}
         return obs, {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]):
@@ -134,13 +135,50 @@ class HideAndSeekEnv(ParallelEnv):
         agents do nothing. Returns ``(obs, rewards, terminations, truncations, infos)``."""
         if not self.agents:
             raise RuntimeError("episode is over: call reset()")
-        cfg, idx = self.config, self._idx
-        a, nh = idx.n_agents, idx.n_hiders
         acts = self._acts  # [A, 5], overwritten every step
         noop = self._noop
-        for i, name in enumerate(self.agents):
+        agents = self.agents
+        for i, name in enumerate(agents):
             act = actions.get(name)
             acts[i] = noop if act is None else act
+        batch, rew, done, infos = self._advance(acts)
+        items = list(batch.items())
+        obs = {name: {k: v[i] for k, v in items} for i, name in enumerate(agents)}
+        return (obs, dict(zip(agents, rew.tolist())), dict.fromkeys(agents, False), dict.fromkeys(agents, done),
+                dict(zip(agents, infos)))
+
+    def step_arrays(self, actions: np.ndarray):
+        """``step`` on arrays, for vectorised actors (``MultiAgentVectorEnv`` uses it when
+        an env has it): no per-agent dicts.
+
+        Args:
+          actions: ``[n, 5]`` ints, row ``i`` for ``agents[i]`` (``n = len(agents)``).
+
+        Returns:
+          ``(obs, rewards, terminated, truncated, infos)``: ``obs`` ``{key: [n, *shape]}``
+          float32 (the keys of ``observation_space``), ``rewards`` ``[n]`` float64,
+          ``terminated``/``truncated`` ``[n]`` bool, ``infos`` a list of ``n`` dicts; row
+          ``i`` holds what ``step`` gives ``agents[i]``.
+
+        Raises:
+          RuntimeError: the episode is over. ValueError: ``actions`` not of shape ``[n, 5]``.
+        """
+        if not self.agents:
+            raise RuntimeError("episode is over: call reset()")
+        acts = self._acts
+        actions = np.asarray(actions)
+        if actions.shape != acts.shape:
+            raise ValueError(f"actions must have shape {acts.shape} (agents x {len(ACTION_DIMS)}), got {actions.shape}")
+        acts[...] = actions
+        batch, rew, done, infos = self._advance(acts)
+        n = len(rew)
+        return batch, rew, np.zeros(n, bool), np.full(n, done), infos
+
+    def _advance(self, acts: np.ndarray):
+        """One step on ``acts`` ``[A, 5]`` (the episode's agents): ``(batch, rewards [A]
+        float64, done, infos list)``; ends the episode (``agents = []``) when done."""
+        cfg, idx = self.config, self._idx
+        a, nh = idx.n_agents, idx.n_hiders
         bins = np.minimum(np.maximum(acts[:, :3], 0), cfg.n_action_bins - 1)
         ctrl = self._ctrl  # [A, 3] view of data.ctrl, in motor units
         np.multiply(bins, self._bin_scale, out=ctrl)
@@ -157,7 +195,7 @@ class HideAndSeekEnv(ParallelEnv):
         mujoco.mj_kinematics(self._model, self._data)
         self._t += 1
 
-        obs = self._observe()
+        batch = self._observe()
         q = self._qpos
         any_seen = np.count_nonzero(self._seen[nh:, :nh]) > 0  # a seeker's first nh columns: the hiders
         team_r = 0.0 if in_prep else (-1.0 if any_seen else 1.0)
@@ -173,23 +211,19 @@ class HideAndSeekEnv(ParallelEnv):
 
         done = self._t >= cfg.horizon
         next_in_prep = self._t < self._prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
-        agents = self.agents
         if not physics_ok:  # the solver failed twice: end here, marked for discard (guard.py)
             rew[:] = 0.0
             done = True
-        rewards = dict(zip(agents, rew.tolist()))
-        terms = dict.fromkeys(agents, False)
-        truncs = dict.fromkeys(agents, done)
         if done:
-            infos = {n: {"in_prep_phase": next_in_prep, "discard_episode": not physics_ok} for n in agents}
+            infos = [{"in_prep_phase": next_in_prep, "discard_episode": not physics_ok} for _ in range(a)]
             if physics_ok:
                 stats = self._stats.summary(q, m.lock_team, m.lock_events)
-                for n in agents:
-                    infos[n]["episode_stats"] = dict(stats)
+                for info in infos:
+                    info["episode_stats"] = dict(stats)
             self.agents = []
         else:
-            infos = {n: {"in_prep_phase": next_in_prep, "discard_episode": False} for n in agents}
-        return obs, rewards, terms, truncs, infos
+            infos = [{"in_prep_phase": next_in_prep, "discard_episode": False} for _ in range(a)]
+        return batch, rew, done, infos
 
     def render(self) -> np.ndarray | None:
         """Top-down RGB image ``[H, W, 3]`` uint8 of the current state (None if
@@ -245,14 +279,14 @@ class HideAndSeekEnv(ParallelEnv):
         self._half_bounds = cfg.bounds_size / 2
         self._penalize_objects = cfg.penalize_objects_out
 
-    def _observe(self) -> dict[str, dict[str, np.ndarray]]:
+    def _observe(self) -> dict[str, np.ndarray]:
+        """``{key: [A, *shape]}`` observations of the episode's agents, new arrays."""
         builder, m = self._builder, self._manip
         batch = builder.new(self._t)
         self._seen, lidar = self._vision.sense(self._data, batch["lidar"])
         builder.build(self._qpos, self._qvel, self._seen, lidar, m.locked, m.which_locked, m.held, self._t,
                       out=batch)
-        items = list(batch.items())
-        return {name: {k: v[i] for k, v in items} for i, name in enumerate(self.agents)}
+        return batch
 
 
 def make_env(variant: str = "quadrant", render_mode: str | None = None, **overrides: Any) -> HideAndSeekEnv:

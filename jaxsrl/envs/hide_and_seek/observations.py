@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxsrl.envs.hide_and_seek import kernels
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
 from jaxsrl.envs.hide_and_seek.scene import SceneIndex
 
@@ -104,15 +105,12 @@ class ObservationBuilder:
         self._a, self._b, self._r = a, b, r
         # others[i] = every agent but i, in agent order: [A, A - 1]
         self.others = np.array([[j for j in range(a) if j != i] for i in range(a)], np.int64).reshape(a, a - 1)
-        self.team = np.array([0] * index.n_hiders + [1] * index.n_seekers)
-        self._rows = np.arange(a)[:, None]  # [A, 1]
+        self.team = np.array([0] * index.n_hiders + [1] * index.n_seekers, np.int64)
         self._hider = (self.team == 0).astype(np.float32)  # [A]
         self._box_sizes = np.asarray(box_sizes, np.float64).reshape(b, 3)
         self._rest_z = np.asarray(rest_z, np.float64)
-        self._obj_range = np.arange(b + r)
         self._size_cols = 3 if cfg.n_elongated[1] > 0 else 0
         self._prep_den = cfg.prep_steps + 1e-5  # prep_obs = min(1, t / (prep_steps + 1e-5))
-        self._team_of_agent = self.team[:, None]  # [A, 1]
         self._template = {k: np.zeros((a,) + shape, np.float32) for k, shape in self._shapes.items()}
         t = self._template
         t["self"][:, 8] = self._hider
@@ -124,8 +122,6 @@ class ObservationBuilder:
         if b and self._size_cols:
             t["boxes"][:, :b, 9:12] = self._box_sizes[None]
         self._prep_in_template = 0.0  # prep_obs value the template holds
-        self._body = np.empty((index.n_agents + b + r, 8))
-        self._obj = np.empty((b + r, 9))
 
     def new(self, step: int) -> dict[str, np.ndarray]:
         """Fresh ``{key: [A, *shape]}`` arrays for the observation after ``step`` env steps:
@@ -146,58 +142,15 @@ class ObservationBuilder:
         already ``out["lidar"]``), ``locked`` ``[O]`` bool, ``which_locked`` ``[O]`` agent
         index, ``held`` ``[A]``, ``step`` env steps taken, ``out`` arrays from ``new(step)``
         to fill (default: new ones)."""
-        cfg, a, b, r = self._cfg, self._a, self._b, self._r
-        o, extra = b + r, cfg.extra_obs
+        cfg = self._cfg
         if out is None:
             out = self.new(step)
-        body = self._body  # [M, 8]
-        body[:, :4] = qpos
-        body[:, 4:] = qvel
-        body[:, 2] -= self._rest_z
-        s = out["self"]
-        s[:, :8] = body[:a]
-        if extra:
-            s[:, 10], s[:, 11] = np.sin(qpos[:a, 3]), np.cos(qpos[:a, 3])
-            s[:, 12] = step / cfg.horizon
-            s[:, 13] = held >= 0
-        xy = qpos[:a, :2]  # observer positions [A, 2]
-        if a > 1:
-            oth = self.others
-            ag = out["agents"][:, : a - 1]  # [A, A - 1, F] view of the real slots
-            ag[:, :, :8] = body[oth]
-            if extra:
-                ag[:, :, 10:12] = qpos[oth, :2] - xy[:, None, :]
-                ag[:, :, 12], ag[:, :, 13] = np.sin(qpos[oth, 3]), np.cos(qpos[oth, 3])
-            out["agents_mask"][:, : a - 1] = seen[:, : a - 1]
         if lidar is not out["lidar"]:
             out["lidar"][:] = lidar
-        if not o:
-            return out
-        obj = self._obj
-        obj[:, :3] = body[a:, :3]
-        obj[:, 3], obj[:, 4] = np.cos(qpos[a:, 3]), np.sin(qpos[a:, 3])
-        obj[:, 5:] = qvel[a:]
-        any_locked = np.count_nonzero(locked) > 0  # else the lock columns stay 0
-        if any_locked:
-            you = locked[None, :] & (which_locked[None, :] == self._rows)  # [A, O]
-            team = locked[None, :] & (self.team[which_locked][None, :] == self._team_of_agent)
-        if extra:
-            mine = held[:, None] == self._obj_range[None, :]  # [A, O]
-            other = (mine.sum(axis=0)[None, :] - mine) > 0
-        vis_obj = seen[:, a - 1 :]
-        for key, lo, n, lock_cols in (("boxes", 0, b, True), ("ramps", b, r, cfg.lock_ramp)):
-            if not n:
-                continue
-            sl = slice(lo, lo + n)
-            rows = out[key]  # [A, max, F] view
-            rows[:, :n, :9] = obj[sl]
-            c = 9 + self._size_cols
-            if lock_cols:
-                if any_locked:
-                    rows[:, :n, c], rows[:, :n, c + 1], rows[:, :n, c + 2] = you[:, sl], team[:, sl], locked[None, sl]
-                c += 3
-            if extra:
-                rows[:, :n, c : c + 2] = qpos[None, a:, :2][:, sl] - xy[:, None, :]
-                rows[:, :n, c + 2], rows[:, :n, c + 3] = mine[:, sl], other[:, sl]
-            out[f"{key}_mask"][:, :n] = vis_obj[:, sl]
+        kernels.build_observations(
+            qpos, qvel, self._rest_z, seen, self.others, self.team, locked, which_locked, held,
+            self._b, self._size_cols, bool(cfg.lock_ramp), bool(cfg.extra_obs), step / cfg.horizon,
+            out["self"], out["agents"], out["agents_mask"], out["boxes"], out["boxes_mask"],
+            out["ramps"], out["ramps_mask"],
+        )
         return out

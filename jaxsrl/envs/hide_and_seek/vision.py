@@ -14,7 +14,10 @@ Lidar (mae:wrappers/lidar.py:34-38, 96-105): ``n_lidar`` horizontal rays from th
 agent's centre in the world frame, ray ``k`` at angle 2 pi k / n_lidar from +x,
 hitting what line of sight hits; the value is the distance to the first hit in
 metres, also beyond ``lidar_range``, and ``lidar_range`` where nothing is hit.
-All rays of an observer go through one ``mujoco.mj_multiRay`` call.
+The rays are cast by a compiled loop that follows MuJoCo's ``mj_ray`` for spheres,
+boxes and meshes (``raycast.cast_rays``; ``Vision.mujoco_rays`` casts the same bundle with
+``mujoco.mj_multiRay``, the reference it is tested against); the arithmetic around them
+is two compiled loops (``kernels.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from jaxsrl.envs.hide_and_seek import kernels, raycast
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
 from jaxsrl.envs.hide_and_seek.scene import GROUP_AGENT, GROUP_BOX, GROUP_RAMP, GROUP_WALL, SceneIndex
 
@@ -64,8 +68,17 @@ class Vision:
         self._rows = np.repeat(np.arange(a), k).reshape(a, k)
         self._tgt_geom = np.asarray(index.geom, np.intp)[self.targets]  # [A, N - 1]
         self._tgt_body = np.asarray(index.body, np.int64)[self.targets]  # [A, N - 1]
-        # geom id -> body id, with one extra entry so that "no hit" (-1) maps to -1
-        self._body_of = np.append(model.geom_bodyid, -1).astype(np.int64)
+        self._geom_body = np.asarray(model.geom_bodyid, np.int64)  # geom id -> body id
+        # the geoms a ray can meet: mj_ray's filters (group, alpha 0 invisible; static included)
+        group = np.clip(model.geom_group, 0, 5)
+        alpha = np.where(model.geom_matid < 0, model.geom_rgba[:, 3],
+                         model.mat_rgba[np.maximum(model.geom_matid, 0), 3] if model.nmat else 1.0)
+        self._ray_geoms = np.flatnonzero((self._groups[group] > 0) & (alpha != 0)).astype(np.int64)
+        self.compiled_rays = bool(np.isin(model.geom_type[self._ray_geoms],
+                                          (raycast.SPHERE, raycast.BOX, raycast.MESH)).all())
+        """True: the rays are cast by ``raycast.cast_rays`` (the scene has only spheres,
+        boxes and meshes among the geoms a ray can meet); else by ``mujoco_rays``."""
+        self._mesh_vert = np.asarray(model.mesh_vert, np.float64).reshape(-1, 3)
         # One ray bundle per observer: N - 1 line-of-sight rays then L lidar rays.
         # Rows are contiguous views, written in place by mj_multiRay.
         self._vec = np.zeros((a, k + cfg.n_lidar, 3), np.float64)
@@ -80,14 +93,21 @@ class Vision:
         self._eye_sl = slice(int(eye_ids[0]), int(eye_ids[0]) + a) if contiguous else eye_ids
         self._yaw_sl = slice(3, 4 * a, 4)
         self._k, self._nray = k, k + cfg.n_lidar
-        self._los = self._vec[:, :k]  # [A, N - 1, 3] line-of-sight part (a view)
-        self._sq = np.empty((a, k, 3))
-        self._planar2 = np.empty((a, k))
+        self._eye_ids = eye_ids.astype(np.int64)
+        self._in_cone = np.zeros((a, k), np.bool_)
         self._dist = np.empty((a, k))
         self.centre_dist = self._dist
         """``[A, N - 1]`` distances (m) from each agent's centre to the centre of each of its
         targets (columns as ``seen``) at the last ``sense``. Overwritten by the next."""
         self._shape = (a, n)
+
+    def mujoco_rays(self, data: mujoco.MjData, ids: np.ndarray, hit: np.ndarray) -> None:
+        """The ray bundle cast by ``mujoco.mj_multiRay``, one call per observer, into
+        ``ids`` ``[A, R]`` int32 and ``hit`` ``[A, R]`` float64 (the rays of the last
+        ``sense``; what ``raycast.cast_rays`` reproduces)."""
+        groups, m, nray = self._groups, self._model, self._nray
+        for eye, flat, body, ids_i, hit_i in zip(data.xpos[self._eye_sl], self._flat_rays, self._eye_bodies, ids, hit):
+            mujoco.mj_multiRay(m, data, eye, flat, groups, 1, body, ids_i, hit_i, None, nray, 1e6)
 
     def full(self, seen: np.ndarray) -> np.ndarray:
         """``[A, N]`` bool from ``[A, N - 1]`` ``seen``: column = target, the diagonal False."""
@@ -96,32 +116,23 @@ class Vision:
         return out
 
     def sense(self, data: mujoco.MjData, lidar: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``lidar``: optional ``[A, n_lidar]`` float32 array to write the ranges into
-        (returned); a new one otherwise."""
-        k = self._k
-        eyes = data.xpos[self._eye_sl]  # [A, 3] agent centres (a view: bodies 1..A)
-        vec = self._los  # [A, N - 1, 3] view of the ray bundle
-        np.subtract(data.geom_xpos[self._tgt_geom], eyes[:, None, :], out=vec)
-        yaw = data.qpos[self._yaw_sl] + self._facing  # [A] direction of each agent's front
-        sq = np.multiply(vec, vec, out=self._sq)
-        planar2 = np.add(sq[..., 0], sq[..., 1], out=self._planar2)  # [A, N - 1]
-        dist = np.sqrt(planar2 + sq[..., 2], out=self._dist)  # [A, N - 1]
-        dot = vec[..., 0] * np.cos(yaw)[:, None]  # [A, N - 1] planar projection on the front
-        dot += vec[..., 1] * np.sin(yaw)[:, None]
-        in_cone = dot >= self._cos_half * np.sqrt(planar2) - 1e-9
-        vec /= dist[..., None]
-
-        ids, hit, groups, m = self._ids, self._hit, self._groups, self._model
-        multi_ray, nray = mujoco.mj_multiRay, self._nray
-        for eye, flat, body, ids_i, hit_i in zip(eyes, self._flat_rays, self._eye_bodies, ids, hit):
-            multi_ray(m, data, eye, flat, groups, 1, body, ids_i, hit_i, None, nray, 1e6)
-        los_ids = ids[:, :k]
-        seen = hit[:, :k] >= dist - 1e-6  # the first hit lies beyond the target's centre
-        seen |= self._body_of[los_ids] == self._tgt_body  # or belongs to the target's body
-        seen |= los_ids < 0  # or nothing was hit
-        seen &= in_cone
+        """``lidar``: optional ``[A, n_lidar]`` float32 C-contiguous array to write the
+        ranges into (returned); a new one otherwise. ``seen`` is a new array every call."""
+        a, k = self._shape[0], self._k
+        kernels.line_of_sight(data.xpos, data.geom_xpos, data.qpos, self._eye_ids, self._tgt_geom,
+                              self._facing, self._cos_half, self._vec, self._dist, self._in_cone)
+        ids, hit = self._ids, self._hit
+        if self.compiled_rays:
+            m = self._model
+            raycast.cast_rays(data.geom_xpos, data.geom_xmat, m.geom_size, m.geom_type, self._geom_body,
+                              m.geom_dataid, m.geom_rbound, self._ray_geoms, self._mesh_vert, m.mesh_face,
+                              m.mesh_vertadr, m.mesh_faceadr, m.mesh_facenum, data.xpos[self._eye_sl],
+                              self._eye_ids, self._vec, self._dist, ids, hit)
+        else:
+            self.mujoco_rays(data, ids, hit)
+        seen = np.empty((a, k), np.bool_)
         if lidar is None:
-            lidar = np.empty((len(ids), self._n_lidar), np.float32)
-        lidar[...] = hit[:, k:]  # not capped, as released
-        np.copyto(lidar, self._lidar_range, where=ids[:, k:] < 0)
+            lidar = np.empty((a, self._n_lidar), np.float32)
+        kernels.seen_and_lidar(ids, hit, self._dist, self._in_cone, self._geom_body, self._tgt_body,
+                               self._lidar_range, seen, lidar)
         return seen, lidar

@@ -1,0 +1,155 @@
+"""Compiled (Numba) loops of the hide-and-seek step: the per-step array work of vision and
+of the observation builder, one call each instead of dozens of small NumPy operations.
+
+At 4-6 agents and 3-10 objects every NumPy call here handles a few dozen numbers and
+costs its fixed ~1 us of dispatch; these loops do the same arithmetic, in the same order
+and precision (float64, cast to float32 on the store, as the NumPy code did), in one
+call. ``tests/unit/test_hide_and_seek_reference.py`` pins their results to the
+behaviour recorded before any of issue 19's speed work. The ray casts are in
+``raycast.py``.
+
+Compiled on first use and cached on disk (``cache=True``: ``__pycache__`` beside this
+file, or ``NUMBA_CACHE_DIR``). ``NUMBA_DISABLE_JIT=1`` runs them as plain Python.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+jit = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
+"""The decorator of every compiled loop of the game (also ``raycast.py``)."""
+
+
+@jit
+def line_of_sight(xpos, geom_xpos, qpos, eye_body, tgt_geom, facing, cos_half, vec, dist, in_cone):
+    """Line-of-sight ray directions from each agent's centre to each of its targets.
+
+    Args:
+      xpos: ``[nbody, 3]`` float64 body positions (m), ``data.xpos``.
+      geom_xpos: ``[ngeom, 3]`` float64 geom centres (m), ``data.geom_xpos``.
+      qpos: ``[nq]`` float64; agent ``i``'s yaw (rad) is ``qpos[4 i + 3]``.
+      eye_body: ``[A]`` int body id of each agent.
+      tgt_geom: ``[A, K]`` int geom id of each observer's targets.
+      facing: offset (rad) of the front from the yaw; cos_half: cos of half the cone angle.
+      vec: ``[A, K', 3]`` float64 (``K' >= K``) out: unit direction of each ray (columns ``:K``).
+      dist: ``[A, K]`` float64 out: centre-to-centre distance (m).
+      in_cone: ``[A, K]`` bool out: the target's centre is inside the cone, in the x-y plane.
+    """
+    a, k = tgt_geom.shape
+    for i in range(a):
+        e = eye_body[i]
+        ex, ey, ez = xpos[e, 0], xpos[e, 1], xpos[e, 2]
+        yaw = qpos[4 * i + 3] + facing
+        cy, sy = math.cos(yaw), math.sin(yaw)
+        for c in range(k):
+            g = tgt_geom[i, c]
+            vx, vy, vz = geom_xpos[g, 0] - ex, geom_xpos[g, 1] - ey, geom_xpos[g, 2] - ez
+            planar2 = vx * vx + vy * vy
+            d = math.sqrt(planar2 + vz * vz)
+            dot = vx * cy + vy * sy
+            in_cone[i, c] = dot >= cos_half * math.sqrt(planar2) - 1e-9
+            dist[i, c] = d
+            vec[i, c, 0], vec[i, c, 1], vec[i, c, 2] = vx / d, vy / d, vz / d
+
+
+@jit
+def seen_and_lidar(ids, hit, dist, in_cone, geom_body, tgt_body, lidar_range, seen, lidar):
+    """What each agent sees, and its lidar ranges, from one bundle of ray hits per agent.
+
+    Args:
+      ids: ``[A, K + L]`` int32 geom hit by each ray (-1: none); hit: ``[A, K + L]``
+        float64 distance (m) to it. Columns ``:K`` are the line-of-sight rays, ``K:`` lidar.
+      dist, in_cone: ``[A, K]`` from :func:`line_of_sight`.
+      geom_body: ``[ngeom]`` int body of each geom; tgt_body: ``[A, K]`` body of each target.
+      lidar_range: the range (m) reported where a lidar ray hits nothing.
+      seen: ``[A, K]`` bool out: the first hit lies beyond the target's centre, belongs to
+        the target's body, or there is none; and the target is in the cone.
+      lidar: ``[A, L]`` float32 out: distance to the first hit (not capped), else ``lidar_range``.
+    """
+    a, k = dist.shape
+    n_lidar = lidar.shape[1]
+    for i in range(a):
+        for c in range(k):
+            g = ids[i, c]
+            vis = g < 0 or hit[i, c] >= dist[i, c] - 1e-6 or geom_body[g] == tgt_body[i, c]
+            seen[i, c] = vis and in_cone[i, c]
+        for j in range(n_lidar):
+            lidar[i, j] = hit[i, k + j] if ids[i, k + j] >= 0 else lidar_range
+
+
+@jit
+def _row8(dst, src_q, src_v, rest_z):
+    """``dst[:8]`` = x, y, z - rest_z, yaw, vx, vy, vz, wz."""
+    dst[0], dst[1], dst[2], dst[3] = src_q[0], src_q[1], src_q[2] - rest_z, src_q[3]
+    dst[4], dst[5], dst[6], dst[7] = src_v[0], src_v[1], src_v[2], src_v[3]
+
+
+@jit
+def build_observations(qpos, qvel, rest_z, seen, others, team, locked, which_locked, held,
+                       n_boxes, size_cols, lock_ramp, extra, time_frac,
+                       self_obs, agents, agents_mask, boxes, boxes_mask, ramps, ramps_mask):
+    """Fill the per-step columns of the observation arrays (``observations.py`` has the
+    layout; the constant columns are already in the arrays).
+
+    Args:
+      qpos, qvel: ``[M, 4]`` float64 (x, y, z, yaw) and velocities of the movable bodies
+        (agents, boxes, ramps). rest_z: ``[M]`` height at rest (m), subtracted from z.
+      seen: ``[A, A - 1 + O]`` bool (``Vision`` columns). others: ``[A, A - 1]`` int.
+      team: ``[A]`` int; locked: ``[O]`` bool; which_locked: ``[O]`` int; held: ``[A]`` int.
+      n_boxes: boxes among the ``O`` objects; size_cols: 3 if boxes carry their size, else 0;
+      lock_ramp: ramps have lock columns; extra: the ``extra_obs`` columns;
+      time_frac: env steps taken / horizon.
+      self_obs ... ramps_mask: the float32 arrays of ``ObservationBuilder.new``, written in place.
+    """
+    a = self_obs.shape[0]
+    m = qpos.shape[0]
+    o = m - a
+    any_locked = False
+    for j in range(o):
+        any_locked = any_locked or locked[j]
+    for i in range(a):
+        _row8(self_obs[i], qpos[i], qvel[i], rest_z[i])
+        if extra:
+            self_obs[i, 10], self_obs[i, 11] = math.sin(qpos[i, 3]), math.cos(qpos[i, 3])
+            self_obs[i, 12] = time_frac
+            self_obs[i, 13] = 1.0 if held[i] >= 0 else 0.0
+        xi, yi = qpos[i, 0], qpos[i, 1]
+        for c in range(a - 1):
+            j = others[i, c]
+            _row8(agents[i, c], qpos[j], qvel[j], rest_z[j])
+            if extra:
+                agents[i, c, 10], agents[i, c, 11] = qpos[j, 0] - xi, qpos[j, 1] - yi
+                agents[i, c, 12], agents[i, c, 13] = math.sin(qpos[j, 3]), math.cos(qpos[j, 3])
+            agents_mask[i, c] = 1.0 if seen[i, c] else 0.0
+        for j in range(o):
+            is_box = j < n_boxes
+            rows, mask = (boxes, boxes_mask) if is_box else (ramps, ramps_mask)
+            s = j if is_box else j - n_boxes
+            b = a + j
+            row = rows[i, s]
+            row[0], row[1], row[2] = qpos[b, 0], qpos[b, 1], qpos[b, 2] - rest_z[b]
+            row[3], row[4] = math.cos(qpos[b, 3]), math.sin(qpos[b, 3])
+            row[5], row[6], row[7], row[8] = qvel[b, 0], qvel[b, 1], qvel[b, 2], qvel[b, 3]
+            c = 9 + size_cols
+            if is_box or lock_ramp:
+                if any_locked:
+                    lk = locked[j]
+                    row[c] = 1.0 if lk and which_locked[j] == i else 0.0
+                    row[c + 1] = 1.0 if lk and team[which_locked[j]] == team[i] else 0.0
+                    row[c + 2] = 1.0 if lk else 0.0
+                c += 3
+            if extra:
+                row[c], row[c + 1] = qpos[b, 0] - xi, qpos[b, 1] - yi
+                mine = held[i] == j
+                holders = 0
+                for h in range(a):
+                    if held[h] == j:
+                        holders += 1
+                row[c + 2] = 1.0 if mine else 0.0
+                row[c + 3] = 1.0 if holders - (1 if mine else 0) > 0 else 0.0
+            mask[i, s] = 1.0 if seen[i, a - 1 + j] else 0.0
+
+

@@ -1,0 +1,264 @@
+"""Compiled (Numba) ray casts of hide-and-seek's vision and lidar: MuJoCo's ``mj_ray`` for
+the geom types of this game (spheres, boxes, meshes), with culling suited to its rays.
+
+The intersection functions follow MuJoCo's ``engine_ray.c`` (``ray_quad``,
+``ray_sphere``, ``ray_box``, ``ray_triangle``, ``mj_rayMesh``) operation for operation, so
+that a ray meets the same geom at the same distance as ``mujoco.mj_multiRay``, bit for
+bit (``tests/unit/test_hide_and_seek_kernels.py`` compares the two on random poses).
+One known difference, in the compiled cast's favour: a ray that lies in the plane of a
+mesh face (a lidar ray from an eye at z = 0, in the plane of a ramp's base) can graze
+two triangles, and MuJoCo's mesh BVH then sometimes skips the nearer one; the compiled
+cast tests every triangle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jaxsrl.envs.hide_and_seek.kernels import jit
+
+SPHERE, BOX, MESH = 2, 6, 7  # mjtGeom
+_MINVAL = 1e-15  # mjMINVAL
+
+
+@jit
+def _ray_quad(a, b, c):
+    """Smallest non-negative root of a x^2 + 2 b x + c = 0, -1 if none."""
+    det = b * b - a * c
+    if det < _MINVAL:
+        return -1.0
+    det = math.sqrt(det)
+    x0, x1 = (-b - det) / a, (-b + det) / a
+    if x0 >= 0:
+        return x0
+    if x1 >= 0:
+        return x1
+    return -1.0
+
+
+@jit
+def _ray_sphere(cx, cy, cz, r2, px, py, pz, vx, vy, vz):
+    dx, dy, dz = px - cx, py - cy, pz - cz
+    a = vx * vx + vy * vy + vz * vz
+    b = vx * dx + vy * dy + vz * dz
+    c = dx * dx + dy * dy + dz * dz - r2
+    return _ray_quad(a, b, c)
+
+
+@jit
+def _ray_box(xpos, xmat, size, g, px, py, pz, vx, vy, vz):
+    """MuJoCo's ray_box: distance along the ray to box geom ``g`` (half sizes
+    ``size[g]``, pose ``xpos[g]``, ``xmat[g]`` row-major world-from-local), -1 if none."""
+    s0, s1, s2 = size[g, 0], size[g, 1], size[g, 2]
+    cx, cy, cz = xpos[g, 0], xpos[g, 1], xpos[g, 2]
+    if _ray_sphere(cx, cy, cz, s0 * s0 + s1 * s1 + s2 * s2, px, py, pz, vx, vy, vz) < 0:
+        return -1.0
+    lp0, lp1, lp2, lv0, lv1, lv2 = _ray_map(xmat, g, px - cx, py - cy, pz - cz, vx, vy, vz)
+    x = -1.0
+    x = _box_axis(x, lp0, lv0, s0, lp1, lv1, s1, lp2, lv2, s2)
+    x = _box_axis(x, lp1, lv1, s1, lp0, lv0, s0, lp2, lv2, s2)
+    return _box_axis(x, lp2, lv2, s2, lp0, lv0, s0, lp1, lv1, s1)
+
+
+@jit
+def _box_axis(x, lp, lv, sz, lpa, lva, sa, lpb, lvb, sb):
+    """The two faces of a box normal to one axis (``lp, lv, sz``), the other two axes'
+    coordinates ``a``, ``b`` in MuJoCo's face order; the smaller of ``x`` and a hit."""
+    if abs(lv) > _MINVAL:
+        for side in (-1.0, 1.0):
+            sol = (side * sz - lp) / lv
+            if sol >= 0:
+                p0 = lpa + sol * lva
+                p1 = lpb + sol * lvb
+                if abs(p0) <= sa and abs(p1) <= sb and (x < 0 or sol < x):
+                    x = sol
+    return x
+
+
+@jit
+def _ray_map(xmat, g, d0, d1, d2, vx, vy, vz):
+    """MuJoCo's ray_map: the offset ``d`` from the geom's centre and the direction ``v`` in
+    geom ``g``'s frame (``xmat[g]``: ``[9]`` row-major)."""
+    m0, m1, m2, m3, m4 = xmat[g, 0], xmat[g, 1], xmat[g, 2], xmat[g, 3], xmat[g, 4]
+    m5, m6, m7, m8 = xmat[g, 5], xmat[g, 6], xmat[g, 7], xmat[g, 8]
+    return (m0 * d0 + m3 * d1 + m6 * d2, m1 * d0 + m4 * d1 + m7 * d2, m2 * d0 + m5 * d1 + m8 * d2,
+            m0 * vx + m3 * vy + m6 * vz, m1 * vx + m4 * vy + m7 * vz, m2 * vx + m5 * vy + m8 * vz)
+
+
+@jit
+def _normalized(x, y, z):
+    """MuJoCo's mju_normalize3 (``(1, 0, 0)`` below mjMINVAL)."""
+    n = math.sqrt(x * x + y * y + z * z)
+    if n < _MINVAL:
+        return 1.0, 0.0, 0.0
+    return x / n, y / n, z / n
+
+
+@jit
+def _ray_triangle(vert, i0, i1, i2, lp0, lp1, lp2, lv0, lv1, lv2, b00, b01, b02, b10, b11, b12):
+    """MuJoCo's ray_triangle for the triangle of rows ``i0, i1, i2`` of ``vert`` (geom
+    frame), the ray ``lp + x lv`` in that frame, ``b0``, ``b1`` the basis of its normal plane."""
+    x0, y0, z0 = vert[i0, 0] - lp0, vert[i0, 1] - lp1, vert[i0, 2] - lp2
+    x1, y1, z1 = vert[i1, 0] - lp0, vert[i1, 1] - lp1, vert[i1, 2] - lp2
+    x2, y2, z2 = vert[i2, 0] - lp0, vert[i2, 1] - lp1, vert[i2, 2] - lp2
+    p00, p01 = b00 * x0 + b01 * y0 + b02 * z0, b10 * x0 + b11 * y0 + b12 * z0
+    p10, p11 = b00 * x1 + b01 * y1 + b02 * z1, b10 * x1 + b11 * y1 + b12 * z1
+    p20, p21 = b00 * x2 + b01 * y2 + b02 * z2, b10 * x2 + b11 * y2 + b12 * z2
+    if ((p00 > 0 and p10 > 0 and p20 > 0) or (p00 < 0 and p10 < 0 and p20 < 0)
+            or (p01 > 0 and p11 > 0 and p21 > 0) or (p01 < 0 and p11 < 0 and p21 < 0)):
+        return -1.0
+    a0, a1, a2, a3 = p00 - p20, p10 - p20, p01 - p21, p11 - p21
+    r0, r1 = -p20, -p21
+    det = a0 * a3 - a1 * a2
+    if abs(det) < _MINVAL:
+        return -1.0
+    t0 = (a3 * r0 - a1 * r1) / det
+    t1 = (-a2 * r0 + a0 * r1) / det
+    if t0 < 0 or t1 < 0 or t0 + t1 > 1:
+        return -1.0
+    v2x, v2y, v2z = vert[i2, 0], vert[i2, 1], vert[i2, 2]
+    e00, e01, e02 = vert[i0, 0] - v2x, vert[i0, 1] - v2y, vert[i0, 2] - v2z
+    e10, e11, e12 = vert[i1, 0] - v2x, vert[i1, 1] - v2y, vert[i1, 2] - v2z
+    e20, e21, e22 = lp0 - v2x, lp1 - v2y, lp2 - v2z
+    n0 = e01 * e12 - e02 * e11
+    n1 = e02 * e10 - e00 * e12
+    n2 = e00 * e11 - e01 * e10
+    denom = lv0 * n0 + lv1 * n1 + lv2 * n2
+    if abs(denom) < _MINVAL:
+        return -1.0
+    return -(e20 * n0 + e21 * n1 + e22 * n2) / denom
+
+
+@jit
+def _ray_mesh(xpos, xmat, size, g, vert, face, f_lo, f_n, v_lo, px, py, pz, vx, vy, vz):
+    """MuJoCo's mj_rayMesh for mesh geom ``g`` (its bounding box, then every triangle; the
+    BVH of MuJoCo only prunes): faces ``f_lo .. f_lo + f_n`` of ``face``, their vertex
+    indices counted from row ``v_lo`` of ``vert``."""
+    if _ray_box(xpos, xmat, size, g, px, py, pz, vx, vy, vz) < 0:
+        return -1.0
+    lp0, lp1, lp2, lv0, lv1, lv2 = _ray_map(xmat, g, px - xpos[g, 0], py - xpos[g, 1], pz - xpos[g, 2], vx, vy, vz)
+    b0x, b0y, b0z = 1.0, 1.0, 1.0
+    a0, a1, a2 = abs(lv0), abs(lv1), abs(lv2)
+    if a0 >= a1 and a0 >= a2:
+        b0x = 0.0
+    elif a1 >= a2:
+        b0y = 0.0
+    else:
+        b0z = 0.0
+    k = -(lv0 * b0x + lv1 * b0y + lv2 * b0z) / (lv0 * lv0 + lv1 * lv1 + lv2 * lv2)
+    b1x, b1y, b1z = _normalized(b0x + k * lv0, b0y + k * lv1, b0z + k * lv2)
+    b0x, b0y, b0z = _normalized(b1y * lv2 - b1z * lv1, b1z * lv0 - b1x * lv2, b1x * lv1 - b1y * lv0)
+    x = -1.0
+    for f in range(f_lo, f_lo + f_n):
+        sol = _ray_triangle(vert, v_lo + face[f, 0], v_lo + face[f, 1], v_lo + face[f, 2],
+                            lp0, lp1, lp2, lv0, lv1, lv2, b0x, b0y, b0z, b1x, b1y, b1z)
+        if sol >= 0 and (x < 0 or sol < x):
+            x = sol
+    return x
+
+
+@jit
+def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, geom_rbound, geoms,
+              mesh_vert, mesh_face, mesh_vertadr, mesh_faceadr, mesh_facenum, eyes, eye_body, vec, los_dist,
+              ids, hit):
+    """The first geom each ray meets and its distance, as ``mujoco.mj_multiRay`` finds them
+    (the same geom at the same distance, bit for bit), for what vision needs of them.
+
+    Each origin casts ``K`` line-of-sight rays, ray ``c`` towards a target at ``los_dist[i, c]``
+    (m), then ``L = R - K`` horizontal lidar rays, ray ``k`` at 2 pi k / L rad from +x.
+    A lidar ray gets the first geom it meets. A line-of-sight ray only needs to know
+    whether something meets it before its target's centre: it gets the first geom it meets
+    among those whose bounding sphere (``geom_rbound``) starts before ``los_dist``, -1 if
+    none; geoms beyond cannot change what ``seen_and_lidar`` makes of it. Geoms are tried
+    nearest bounding sphere first, and a ray stops at the first whose sphere starts beyond
+    its best hit; a lidar ray tries only the geoms whose bounding sphere lies within its
+    angle, seen from the origin. Ties go to the lower geom id, as in MuJoCo's loop.
+
+    Args:
+      geom_xpos: ``[ngeom, 3]``, geom_xmat: ``[ngeom, 9]`` float64 (``data``).
+      geom_size: ``[ngeom, 3]``, geom_type: ``[ngeom]`` (sphere, box or mesh),
+        geom_body, geom_mesh, geom_rbound: ``[ngeom]`` body, mesh id (``geom_dataid``)
+        and bounding-sphere radius (m) (``model``).
+      geoms: ``[G]`` ids of the geoms a ray may meet (group and visibility filters applied).
+      mesh_vert: ``[nv, 3]`` float64; mesh_face: ``[nf, 3]`` int; mesh_vertadr,
+        mesh_faceadr, mesh_facenum: ``[nmesh]`` (``model``).
+      eyes: ``[A, 3]`` float64 ray origins (m); eye_body: ``[A]`` body whose geoms the rays
+        of each origin ignore.
+      vec: ``[A, R, 3]`` float64 unit directions; los_dist: ``[A, K]`` float64 (m).
+      ids: ``[A, R]`` int32 out: geom met, -1 for none; hit: ``[A, R]`` float64 out: its
+        distance (m), -1 for none.
+
+    A geom type other than sphere, box or mesh is taken for a mesh: ``Vision`` checks
+    that a scene has no other type among ``geoms``.
+    """
+    n_rays = vec.shape[1]
+    n_los = los_dist.shape[1]
+    n_lidar = n_rays - n_los
+    step = 2.0 * math.pi / n_lidar if n_lidar > 0 else 1.0
+    n_geoms = geoms.shape[0]
+    lo = np.empty(n_geoms, np.int64)  # lidar rays lo..hi (mod L) can meet geom n; hi < lo: none
+    hi = np.empty(n_geoms, np.int64)
+    near = np.empty(n_geoms)  # distance (m) from the origin to geom n's bounding sphere
+    order = np.empty(n_geoms, np.int64)  # geoms by near, the origin's own body left out
+    for i in range(eyes.shape[0]):
+        px, py, pz = eyes[i, 0], eyes[i, 1], eyes[i, 2]
+        own = eye_body[i]
+        m = 0
+        for n in range(n_geoms):
+            g = geoms[n]
+            if geom_body[g] == own:
+                continue
+            dx, dy, dz = geom_xpos[g, 0] - px, geom_xpos[g, 1] - py, geom_xpos[g, 2] - pz
+            d = math.sqrt(dx * dx + dy * dy)
+            rb = geom_rbound[g] * 1.000001 + 1e-9  # rounding: a little wider than the sphere
+            near[n] = math.sqrt(d * d + dz * dz) - rb
+            if d <= rb:  # the origin inside the bounding circle: every lidar ray
+                a, b = 0, n_lidar - 1
+            else:
+                centre, half = math.atan2(dy, dx), math.asin(rb / d)
+                a = int(math.floor((centre - half) / step)) - 1
+                b = int(math.ceil((centre + half) / step)) + 1
+                if b - a >= n_lidar:
+                    a, b = 0, n_lidar - 1
+                else:  # shift by whole turns: a in 0..L-1, a <= b < a + L
+                    shift = (a // n_lidar) * n_lidar
+                    a, b = a - shift, b - shift
+            lo[n], hi[n] = a, b
+            j = m  # insertion sort by near
+            while j > 0 and near[order[j - 1]] > near[n]:
+                order[j] = order[j - 1]
+                j -= 1
+            order[j] = n
+            m += 1
+        for r in range(n_rays):
+            vx, vy, vz = vec[i, r, 0], vec[i, r, 1], vec[i, r, 2]
+            lidar = r >= n_los
+            k = r - n_los
+            limit = np.inf if lidar else los_dist[i, r]
+            best, gid = -1.0, -1
+            for q in range(m):
+                n = order[q]
+                if near[n] > limit or (best >= 0 and near[n] > best):
+                    break
+                if lidar:
+                    a, b = lo[n], hi[n]
+                    if not (a <= k <= b or a <= k + n_lidar <= b):
+                        continue
+                g = geoms[n]
+                t = geom_type[g]
+                if t == SPHERE:
+                    sz = geom_size[g, 0]
+                    x = _ray_sphere(geom_xpos[g, 0], geom_xpos[g, 1], geom_xpos[g, 2], sz * sz,
+                                    px, py, pz, vx, vy, vz)
+                elif t == BOX:
+                    x = _ray_box(geom_xpos, geom_xmat, geom_size, g, px, py, pz, vx, vy, vz)
+                else:
+                    mid = geom_mesh[g]
+                    x = _ray_mesh(geom_xpos, geom_xmat, geom_size, g, mesh_vert, mesh_face, mesh_faceadr[mid],
+                                  mesh_facenum[mid], mesh_vertadr[mid], px, py, pz, vx, vy, vz)
+                if x >= 0 and (best < 0 or x < best or (x == best and g < gid)):
+                    best, gid = x, g
+            ids[i, r] = gid
+            hit[i, r] = best
