@@ -140,7 +140,9 @@ def test_insert_sample_and_priorities(harness):
     buffer's (p^alpha), those naming another run of the process are dropped."""
     h = harness(replay_ratio=2.0, min_fill=8)
     req = h.ask()
-    assert h.wait(lambda s: s["serving"])["pending"] == 1  # empty: the learner waits for data
+    # empty: the request waits for data (wait for its arrival: the first serving status
+    # can come before the buffer has read it, under load)
+    assert h.wait(lambda s: s["serving"] and s["pending"] == 1)["env_steps"] == 0
     h.send(reward=2.0)
     status = h.wait(lambda s: s["episodes"])
     assert status["env_steps"] == ITEMS and status["episodes"] == [{"return": 9.0, "length": 9}]
