@@ -57,7 +57,8 @@ class MultiAgentVectorEnv:
         self._lengths = np.zeros(num_envs, np.int64)
         self._arrays = [callable(getattr(env, "step_arrays", None)) for env in self.envs]
         self._rows: list = [None] * num_envs  # rows of each env's present agents (slice or index array)
-        self._flat_names: dict | None = None  # key -> flat name, for batches of flat dicts of arrays
+        names = {k: f"obs/{k}" for k in getattr(self.observation_space, "spaces", {})}  # a Dict's keys
+        self._flat_names = names if names and set(names.values()) == set(leaves) else None  # flat Dict only
 
     def _present_rows(self, e: int, env: Any):
         """Rows of ``env.agents`` (in that order): a slice when they are consecutive."""
@@ -116,40 +117,39 @@ class MultiAgentVectorEnv:
                 if final is None:
                     final = {k: np.zeros_like(v) for k, v in self._obs.items()}
                 self._write(e, obs, final)
-                for a, agent in enumerate(self.agents):
-                    row = e * A + a
-                    if agent not in present:
-                        continue
-                    stats = infos.get(agent, {}).get("episode_stats", {})
-                    episodes.append({"return": float(self._returns[row]), "length": int(self._lengths[e]),
-                                     "team": self.row_team[row],
-                                     **{k: float(v) for k, v in stats.items()}})
-                # Every agent's episode ends together (the game has no per-agent end).
-                terminated[e * A:(e + 1) * A] = any(term.values())
-                truncated[e * A:(e + 1) * A] = not any(term.values())
-                self._returns[e * A:(e + 1) * A] = 0
-                self._lengths[e] = 0
-                obs, _ = env.reset()
-                self._rows[e] = self._present_rows(e, env)
+                took_part = [(e * A + a, agent) for a, agent in enumerate(self.agents) if agent in present]
+                obs = self._end_episode(e, env, [row for row, _ in took_part],
+                                        [infos.get(agent, {}) for _, agent in took_part],
+                                        any(term.values()), terminated, truncated, episodes)
             self._write(e, obs, self._obs)
         if final is None:
             final = {k: np.zeros_like(v) for k, v in self._obs.items()}
         return StepResult({k: v.copy() for k, v in self._obs.items()}, reward, terminated,
                           truncated, final, episodes, valid)
 
+    def _end_episode(self, e: int, env: Any, rows: list, infos: list, ended_by_term: bool,
+                     terminated: np.ndarray, truncated: np.ndarray, episodes: list) -> dict:
+        """Report the episode of env ``e`` (``rows``: the rows of the agents that took part,
+        ``infos``: their last infos), mark all its rows ended, reset it; returns the new
+        episode's observations. Every agent's episode ends together (the game has no
+        per-agent end)."""
+        A = len(self.agents)
+        for row, info in zip(rows, infos):
+            stats = info.get("episode_stats", {})
+            episodes.append({"return": float(self._returns[row]), "length": int(self._lengths[e]),
+                             "team": self.row_team[row], **{k: float(v) for k, v in stats.items()}})
+        terminated[e * A:(e + 1) * A] = ended_by_term
+        truncated[e * A:(e + 1) * A] = not ended_by_term
+        self._returns[e * A:(e + 1) * A] = 0
+        self._lengths[e] = 0
+        obs, _ = env.reset()
+        self._rows[e] = self._present_rows(e, env)
+        return obs
+
     def _flatten(self, obs: dict) -> dict:
-        """``flatten_obs`` of a batch; a flat dict of arrays (hide-and-seek's) is renamed
-        with names computed once instead of walked every step."""
+        """``flatten_obs`` of a batch, with the names computed once for a flat ``Dict`` space."""
         names = self._flat_names
-        if names is not None and len(obs) == len(names):
-            try:
-                return {names[k]: v for k, v in obs.items()}
-            except KeyError:
-                pass
-        flat = flatten_obs(obs)
-        if all(isinstance(v, np.ndarray) for v in obs.values()):
-            self._flat_names = {k: f"obs/{k}" for k in obs}
-        return flat
+        return flatten_obs(obs) if names is None else {names[k]: v for k, v in obs.items()}
 
     def _step_arrays(self, e, env, action, reward, terminated, truncated, valid, final, episodes):
         """``step`` of env ``e`` through its ``step_arrays``; returns ``final`` (created
@@ -172,17 +172,8 @@ class MultiAgentVectorEnv:
             final = {k: np.zeros_like(v) for k, v in self._obs.items()}
         for k, v in flat.items():
             final[k][rows] = v
-        for j, row in enumerate(np.arange(self.num_rows)[rows]):
-            stats = infos[j].get("episode_stats", {})
-            episodes.append({"return": float(self._returns[row]), "length": int(self._lengths[e]),
-                             "team": self.row_team[row], **{k: float(v) for k, v in stats.items()}})
-        ended_by_term = bool(term.any())  # every agent's episode ends together
-        terminated[e * A:(e + 1) * A] = ended_by_term
-        truncated[e * A:(e + 1) * A] = not ended_by_term
-        self._returns[e * A:(e + 1) * A] = 0
-        self._lengths[e] = 0
-        obs, _ = env.reset()
-        self._rows[e] = self._present_rows(e, env)
+        obs = self._end_episode(e, env, np.arange(self.num_rows)[rows].tolist(), infos, bool(term.any()),
+                                terminated, truncated, episodes)
         self._write(e, obs, self._obs)
         return final
 

@@ -126,9 +126,7 @@ class HideAndSeekEnv(ParallelEnv):
         if layout is None:
             layout = generate_layout(self.config, self._rng)
         self._setup(layout)
-        items = list(self._observe().items())
-        obs = {name: {k: v[i] for k, v in items} for i, name in enumerate(self.agents)}
-        return obs, {a: {} for a in self.agents}
+        return self._per_agent(self._observe(), self.agents), {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]):
         """Advance 0.075 s. ``actions[agent]``: 5 ints (see ``ACTION_DIMS``); missing
@@ -142,9 +140,7 @@ class HideAndSeekEnv(ParallelEnv):
             act = actions.get(name)
             acts[i] = noop if act is None else act
         batch, rew, done, infos = self._advance(acts)
-        items = list(batch.items())
-        obs = {name: {k: v[i] for k, v in items} for i, name in enumerate(agents)}
-        return (obs, dict(zip(agents, rew.tolist())), dict.fromkeys(agents, False), dict.fromkeys(agents, done),
+        return (self._per_agent(batch, agents), dict(zip(agents, rew.tolist())), dict.fromkeys(agents, False), dict.fromkeys(agents, done),
                 dict(zip(agents, infos)))
 
     def step_arrays(self, actions: np.ndarray):
@@ -278,6 +274,12 @@ class HideAndSeekEnv(ParallelEnv):
         self._sign = np.where(self._team == HIDER, 1.0, -1.0)
         self._half_bounds = cfg.bounds_size / 2
         self._penalize_objects = cfg.penalize_objects_out
+
+    @staticmethod
+    def _per_agent(batch: dict[str, np.ndarray], agents: list[str]) -> dict[str, dict[str, np.ndarray]]:
+        """PettingZoo's per-agent observations: row ``i`` of every key for ``agents[i]``."""
+        items = list(batch.items())
+        return {name: {k: v[i] for k, v in items} for i, name in enumerate(agents)}
 
     def _observe(self) -> dict[str, np.ndarray]:
         """``{key: [A, *shape]}`` observations of the episode's agents, new arrays."""

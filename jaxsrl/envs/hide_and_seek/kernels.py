@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 
 import numba
-import numpy as np
 
 jit = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
 """The decorator of every compiled loop of the game (also ``raycast.py``)."""

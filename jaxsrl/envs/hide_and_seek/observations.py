@@ -99,10 +99,9 @@ class ObservationBuilder:
     """
 
     def __init__(self, cfg: HideAndSeekConfig, index: SceneIndex, box_sizes: np.ndarray, rest_z: np.ndarray):
-        self._cfg, self._idx = cfg, index
-        self._shapes = observation_shapes(cfg)
+        self._cfg = cfg
         a, b, r = index.n_agents, index.n_boxes, index.n_ramps
-        self._a, self._b, self._r = a, b, r
+        self._a, self._b = a, b
         # others[i] = every agent but i, in agent order: [A, A - 1]
         self.others = np.array([[j for j in range(a) if j != i] for i in range(a)], np.int64).reshape(a, a - 1)
         self.team = np.array([0] * index.n_hiders + [1] * index.n_seekers, np.int64)
@@ -111,7 +110,7 @@ class ObservationBuilder:
         self._rest_z = np.asarray(rest_z, np.float64)
         self._size_cols = 3 if cfg.n_elongated[1] > 0 else 0
         self._prep_den = cfg.prep_steps + 1e-5  # prep_obs = min(1, t / (prep_steps + 1e-5))
-        self._template = {k: np.zeros((a,) + shape, np.float32) for k, shape in self._shapes.items()}
+        self._template = {k: np.zeros((a,) + shape, np.float32) for k, shape in observation_shapes(cfg).items()}
         t = self._template
         t["self"][:, 8] = self._hider
         if a > 1:

@@ -80,7 +80,7 @@ class Vision:
         boxes and meshes among the geoms a ray can meet); else by ``mujoco_rays``."""
         self._mesh_vert = np.asarray(model.mesh_vert, np.float64).reshape(-1, 3)
         # One ray bundle per observer: N - 1 line-of-sight rays then L lidar rays.
-        # Rows are contiguous views, written in place by mj_multiRay.
+        # Rows are contiguous views, written in place by the ray casts.
         self._vec = np.zeros((a, k + cfg.n_lidar, 3), np.float64)
         self._ids = np.zeros((a, k + cfg.n_lidar), np.int32)
         self._hit = np.zeros((a, k + cfg.n_lidar), np.float64)
