@@ -19,7 +19,9 @@ from typing import Any, Literal, Sequence
 import tyro
 
 from jaxsrl.cli.field_docs import field_docs
+from jaxsrl.core.paths import CONFIG_DIR
 from jaxsrl.experiment import config_layers as layers
+from jaxsrl.experiment.run_dir import RunDir
 
 #: Group title -> the run fields shown in it, in order. A dataclass-valued field (``pbt``,
 #: ``opponents``) stands for its own fields, ``--<field>.<name>``.
@@ -69,10 +71,15 @@ def description(agents: Sequence[str]) -> str:
 
 
 def shown_for(cfg: Any, args: Sequence[str]) -> str:
-    """The sentence saying which command line the shown defaults belong to."""
-    files = [os.path.relpath(p) for p in (layers.config_file_for(cfg.env),
-                                          layers.agent_config_file_for(cfg.env, cfg.agent_field))
-             if os.path.exists(p)]
+    """The sentence saying which command line and files the shown defaults belong to."""
+    run = RunDir(cfg.logdir) if cfg.resume and cfg.logdir else None
+    if run is not None and os.path.exists(run.config_path):
+        files = [run.config_path]
+    else:
+        files = [os.path.join("configs", os.path.relpath(p, CONFIG_DIR))
+                 for p in (layers.config_file_for(cfg.env),
+                           layers.agent_config_file_for(cfg.env, cfg.agent_field))
+                 if os.path.exists(p)]
     given = f"the flags {' '.join(args)}" if args else "no flags"
     source = f", after {' and '.join(files)}" if files else ""
     return (f"Defaults shown: what {given} resolve to (--agent={cfg.agent} "
