@@ -80,9 +80,9 @@ def shown_for(cfg: Any, args: Sequence[str]) -> str:
                  for p in (layers.config_file_for(cfg.env),
                            layers.agent_config_file_for(cfg.env, cfg.agent_field))
                  if os.path.exists(p)]
-    given = f"the flags {' '.join(args)}" if args else "no flags"
+    given = f"what the flags {' '.join(args)} resolve to" if args else "the plain defaults"
     source = f", after {' and '.join(files)}" if files else ""
-    return (f"Defaults shown: what {given} resolve to (--agent={cfg.agent} "
+    return (f"Defaults shown: {given} (--agent={cfg.agent} "
             f"--env={cfg.env}{source}). Put --env, --agent, --config or any flag before "
             "--help to see the values it gives.")
 

@@ -3,11 +3,11 @@
 The same command is ``python scripts/train.py ...`` or ``python -m jaxsrl.cli.train ...``.
 Every field of the run config and of the agent's config is a flag (``--help`` lists
 them in groups, with the values the other flags resolve to; a boolean is ``--x`` /
-``--no_x`` or ``--x=true`` / ``--x=false``); defaults come from ``configs/<env>.toml`` and ``--config`` files. Your own agents
-and environments are ``--agent=package.module:AGENT`` and ``--env=module:EnvId`` (or
-``module:factory``), imported from ``PYTHONPATH`` or the current directory. Exit code 0
-on success, 1 when a component died (the message names it), 2 for a bad config or run
-folder, 130 on Ctrl-C.
+``--no_x`` or ``--x=true`` / ``--x=false``); defaults come from ``configs/<env>.toml``
+and ``--config`` files. Your own agents and environments are
+``--agent=package.module:AGENT`` and ``--env=module:EnvId`` (or ``module:factory``),
+imported from ``PYTHONPATH`` or the current directory. Exit code 0 on success, 1 when a
+component died (the message names it), 2 for a bad config or run folder, 130 on Ctrl-C.
 """
 
 from __future__ import annotations

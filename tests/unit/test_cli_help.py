@@ -41,7 +41,8 @@ def test_help_is_grouped_plain_text_that_names_its_env():
     text = _cli_help()
     headings = [line[:-1] for line in text.splitlines() if re.fullmatch(r"\S.*:", line)]
     for group in ("run", "actors", "inference", "learner", "evaluation", "network and cluster",
-                  "run folder, metrics and checkpoints", "agent hyperparameters, --ppo.* (PPOConfig)"):
+                  "run folder, metrics and checkpoints",
+                  "agent hyperparameters, --ppo.* (PPOConfig)"):
         assert group in headings, group
     assert not REST.search(text), REST.search(text)
     assert max(len(line) for line in text.splitlines()) <= 80
