@@ -2,21 +2,25 @@
 
 The same command is ``python scripts/train.py ...`` or ``python -m jaxsrl.cli.train ...``.
 Every field of the run config and of the agent's config is a flag (``--help`` lists
-them); defaults come from ``configs/<env>.toml`` and ``--config`` files. Your own agents
-and environments are ``--agent=package.module:AGENT`` and ``--env=module:EnvId`` (or
-``module:factory``), imported from ``PYTHONPATH`` or the current directory. Exit code 0
-on success, 1 when a component died (the message names it), 2 for a bad config or run
-folder, 130 on Ctrl-C.
+them in groups, with the values the other flags resolve to; a boolean is ``--x`` /
+``--no_x`` or ``--x=true`` / ``--x=false``); defaults come from ``configs/<env>.toml``
+and ``--config`` files. Your own agents and environments are
+``--agent=package.module:AGENT`` and ``--env=module:EnvId`` (or ``module:factory``),
+imported from ``PYTHONPATH`` or the current directory. Exit code 0 on success, 1 when a
+component died (the message names it), 2 for a bad config or run folder, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 import gymnasium
 
+from agents import AGENTS
+from jaxsrl.cli import help as help_lib
+from jaxsrl.cli import switches
 from jaxsrl.cli.common import configure_logging, import_from_current_directory
 from jaxsrl.experiment.config import load_config
 from jaxsrl.experiment.metrics import return_text, returns_of
@@ -25,19 +29,43 @@ from jaxsrl.launch.launcher import ComponentDied, train
 log = logging.getLogger("jaxsrl")
 
 
+def parse(args: Sequence[str]) -> Any:
+    """The validated run config of the flags ``args`` (no ``--help``).
+
+    A boolean flag may carry a value, ``--x=false`` / ``--ppo.anneal_lr=true``
+    (:mod:`jaxsrl.cli.switches`), besides ``--x`` / ``--no_x``.
+
+    Raises:
+      ValueError: as :func:`jaxsrl.experiment.config.load_config`; also a boolean flag
+        with a value other than true/false/1/0.
+      SystemExit: flags tyro cannot parse (it prints why).
+    """
+    args = switches.normalize(args, switches.switch_names(switches.config_class_for(args)))
+    return load_config(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the flags, train, print one ``done:`` line; returns the exit code.
+
+    With ``-h`` / ``--help`` anywhere, prints the flags (:mod:`jaxsrl.cli.help`) with the
+    values the other flags resolve to, and returns 0 without training.
 
     Args:
       argv: the flags (default ``sys.argv[1:]``).
     """
     import_from_current_directory()
     configure_logging()
+    args = list(sys.argv[1:] if argv is None else argv)
+    wants_help = "-h" in args or "--help" in args
+    args = [a for a in args if a not in ("-h", "--help")]
     try:
-        cfg = load_config(list(sys.argv[1:] if argv is None else argv))
+        cfg = parse(args)
     except ValueError as exc:
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2
+    if wants_help:
+        sys.stdout.write(help_lib.render(cfg, args, list(AGENTS)))
+        return 0
     run = train
     if cfg.launcher == "ray":
         try:
