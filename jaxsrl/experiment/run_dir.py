@@ -153,9 +153,10 @@ class RunDir:
         """Write ``config.json`` (creating the folder), marked as jaxsrl's
         (``"jaxsrl": {"format": 1, "version": ...}``, first)."""
         os.makedirs(self.path, exist_ok=True)
-        marker = {MARKER_KEY: {"format": FORMAT, "version": jaxsrl.__version__}}
+        marked = {MARKER_KEY: {"format": FORMAT, "version": jaxsrl.__version__}}
+        marked.update((k, v) for k, v in config.items() if k != MARKER_KEY)  # a read one's: renewed
         with open(self.config_path, "w") as f:
-            json.dump(marker | config, f, indent=2)
+            json.dump(marked, f, indent=2)
 
     def read_config(self) -> dict:
         """The run's ``config.json``.
@@ -259,13 +260,13 @@ def has_run_checkpoint(checkpoints: str) -> bool:
         folder = os.path.join(checkpoints, policy)
         if not os.path.isdir(folder):
             continue
-        for step in os.listdir(folder):
+        for step in filter(str.isdigit, os.listdir(folder)):
             try:
                 with open(os.path.join(folder, step, "meta", "metadata"), encoding="utf-8") as f:
                     meta = json.load(f)
             except (OSError, ValueError):
                 continue
-            if step.isdigit() and isinstance(meta, dict) and "policy_version" in meta:
+            if isinstance(meta, dict) and "policy_version" in meta:
                 return True
     return False
 
