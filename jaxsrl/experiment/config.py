@@ -101,8 +101,9 @@ class RunConfig:
     resume: bool = False
     """Continue from the newest checkpoint in --logdir."""
     overwrite: bool = False
-    """Delete the run already in --logdir and start a new one there (without it, and
-    without --resume, a --logdir holding files is refused)."""
+    """Replace the run already in --logdir: its own files are deleted once every check
+    of the new run has passed; other files there stay (without it, and without
+    --resume, a --logdir holding a run is refused)."""
     log_interval_s: float = 2.0
     """Seconds between metrics lines."""
     checkpoint_interval_s: float = 120.0

@@ -20,6 +20,12 @@ the scalar ones)::
 The search space names must be hyperparameters the agent reads from its learner state
 (``agents.HYPERPARAMETERS``, or the ``HYPERPARAMETERS`` tuple of a ``module:AGENT``
 agent's module). Pure data and checks: nothing here builds agents or workers.
+
+``--population=N`` alone runs with defaults (:func:`ready_interval`,
+:func:`search_space`): a round every :data:`DEFAULT_READY_ENV_STEPS` env frames per
+member, and ``learning_rate`` searched log-uniformly from a tenth to ten times the
+agent's configured one (:data:`DEFAULT_LR_SPAN`). ``configs/pbt_cartpole.toml``
+(:data:`EXAMPLE_CONFIG`) sets them all explicitly.
 """
 
 from __future__ import annotations
@@ -36,6 +42,14 @@ from jaxsrl.experiment.dataflow import ActorGroup, Dataflow, PolicyWorkerSpec, T
 from jaxsrl.population.search_space import SearchSpace, parse_search_space, sample_hyper
 
 MEMBER_PREFIX = "member"
+#: The shipped config with every population setting, named by errors about a missing one.
+EXAMPLE_CONFIG = "configs/pbt_cartpole.toml"
+#: The ready interval when neither ``ready_env_steps`` nor ``ready_versions`` is set:
+#: env frames of each member between rounds (as in :data:`EXAMPLE_CONFIG`).
+DEFAULT_READY_ENV_STEPS = 20_000
+#: Without ``[pbt.search_space]``: ``learning_rate`` in ``[lr / 10, lr * 10]`` (log),
+#: ``lr`` the agent's configured learning rate.
+DEFAULT_LR_SPAN = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,12 +64,14 @@ class PBTSettings:
     exploit-and-explore events.
 
     Attributes:
-      ready_env_steps: env frames of each member between rounds (0: use ``ready_versions``).
+      ready_env_steps: env frames of each member between rounds (0: use ``ready_versions``;
+        both 0: :data:`DEFAULT_READY_ENV_STEPS`).
       ready_versions: policy versions of each member between rounds (0: use ``ready_env_steps``).
       fraction: share of the population in each of the bottom and the top, in ``(0, 0.5]``.
       perturb_factors: explore multiplies a hyperparameter by one of these.
       resample_probability: chance per hyperparameter of resampling it from its range.
-      search_space: ``{name: {min, max, log}}`` (TOML only: ``[pbt.search_space]``).
+      search_space: ``{name: {min, max, log}}`` (TOML only: ``[pbt.search_space]``;
+        ``None``: the default of :func:`search_space`).
       initial: ``{name: [value per member]}``: given initial hyperparameters (TOML only:
         ``[pbt.initial]``); search-space names not given are drawn from their range
         (log-uniformly for ``log`` ranges) with the run's seed; the agent's other
@@ -127,7 +143,7 @@ def check(cfg: Any) -> None:
     Raises:
       ValueError: one line naming the bad value: ``population`` of 1 or below 0, a
         ``[dataflow]`` table or several learner processes with it, a ``[pbt]`` search
-        space without ``--population``, no or two ready intervals, a bad search space
+        space without ``--population``, two ready intervals, a bad or no search space
         or PBT setting, or bad ``initial`` values.
     """
     n, s = cfg.population, cfg.pbt
@@ -150,9 +166,10 @@ def check(cfg: Any) -> None:
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"pbt.{name}={value!r} must be an integer >= 0")
-    if (s.ready_env_steps > 0) == (s.ready_versions > 0):
-        raise ValueError(f"population={n}: set exactly one of pbt.ready_env_steps and "
-                         f"pbt.ready_versions (got {s.ready_env_steps} and {s.ready_versions})")
+    if s.ready_env_steps > 0 and s.ready_versions > 0:
+        raise ValueError(f"population={n}: set at most one of pbt.ready_env_steps and "
+                         f"pbt.ready_versions (got {s.ready_env_steps} and {s.ready_versions}; "
+                         f"see {EXAMPLE_CONFIG})")
     s.pbt_config().validate()
     space = search_space(cfg)
     initial = s.initial or {}
@@ -170,16 +187,44 @@ def check(cfg: Any) -> None:
                                  f"[{space[name].min:g}, {space[name].max:g}]")
 
 
-def search_space(cfg: Any) -> SearchSpace:
-    """The parsed ``[pbt.search_space]`` of ``cfg``, checked against the agent's names.
+def ready_interval(s: PBTSettings) -> tuple[int, int]:
+    """``(ready_env_steps, ready_versions)`` of settings ``s``, exactly one positive:
+    :data:`DEFAULT_READY_ENV_STEPS` env frames when neither is set."""
+    if s.ready_env_steps <= 0 and s.ready_versions <= 0:
+        return DEFAULT_READY_ENV_STEPS, 0
+    return int(s.ready_env_steps), int(s.ready_versions)
+
+
+def default_search_space(cfg: Any) -> dict:
+    """The search space of a run without ``[pbt.search_space]``, in config form:
+    ``learning_rate`` log-uniform in ``[lr / DEFAULT_LR_SPAN, lr * DEFAULT_LR_SPAN]``,
+    ``lr`` the agent's configured ``learning_rate``.
 
     Raises:
-      ValueError: none given, or a bad entry (see ``parse_search_space``).
+      ValueError: the agent does not declare ``learning_rate`` as a hyperparameter or has
+        no positive one configured (then the table must be given; the message names
+        :data:`EXAMPLE_CONFIG`).
     """
-    spec = cfg.pbt.search_space
-    if not spec:
-        raise ValueError(f"population={cfg.population} needs a [pbt.search_space] table, e.g. "
-                         "learning_rate = {min = 1e-5, max = 1e-2, log = true}")
+    declared = declared_hyperparameters(cfg.agent)
+    lr = getattr(cfg.agent_config(), "learning_rate", None)
+    if "learning_rate" not in declared or isinstance(lr, bool) \
+            or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"population={cfg.population} needs a [pbt.search_space] table (agent "
+                         f"{cfg.agent!r} has no learning_rate to search by default), e.g. as in "
+                         f"{EXAMPLE_CONFIG}: learning_rate = {{min = 1e-5, max = 1e-2, log = true}}")
+    return {"learning_rate": {"min": float(lr) / DEFAULT_LR_SPAN,
+                              "max": float(lr) * DEFAULT_LR_SPAN, "log": True}}
+
+
+def search_space(cfg: Any) -> SearchSpace:
+    """The parsed ``[pbt.search_space]`` of ``cfg`` (:func:`default_search_space` when it
+    gives none), checked against the agent's names.
+
+    Raises:
+      ValueError: none given and no default (see :func:`default_search_space`), or a bad
+        entry (see ``parse_search_space``).
+    """
+    spec = cfg.pbt.search_space or default_search_space(cfg)
     return parse_search_space(spec, declared_hyperparameters(cfg.agent), where="pbt.search_space")
 
 

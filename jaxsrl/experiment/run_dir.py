@@ -15,33 +15,61 @@ Layout (:class:`RunDir`)::
     LOGDIR/events.out.tfevents.*          TensorBoard; LOGDIR/wandb_run_id: the W&B run
     LOGDIR/.jaxsrl.lock                   held while a run uses the folder
 
-A run folder belongs to one run: claimed, locked, never mixed. :func:`claim` is called
-by :func:`jaxsrl.launch.launcher.train` before anything is written:
+A run folder belongs to one run: claimed, locked, never mixed, and never a file it did
+not write deleted. :func:`jaxsrl.launch.launcher.train` calls :func:`claim` before any
+other check and :func:`prepare` once every check has passed, just before it writes
+``config.json``:
 
-* it takes an exclusive lock on ``LOGDIR/.jaxsrl.lock`` (the ``filelock`` library:
-  ``flock``, released by the operating system when the process dies, so a killed run
-  never leaves a stale lock), so a second live run into the same folder is refused;
-* a folder that already holds files is refused unless ``--resume`` (continue that run)
-  or ``--overwrite`` (delete it first; only a folder that looks like a jaxsrl run, so a
-  mistyped ``--logdir=~`` is never emptied).
+* :func:`claim` takes an exclusive lock on ``LOGDIR/.jaxsrl.lock`` (the ``filelock``
+  library: ``flock``, released by the operating system when the process dies, so a killed
+  run never leaves a stale lock), so a second live run into the same folder is refused,
+  and checks the folder, deleting nothing: a folder that holds a jaxsrl run
+  (:func:`holds_run`) is refused unless ``--resume`` (continue that run) or
+  ``--overwrite`` (replace it); a folder that holds none is a new run's folder, whatever
+  else it holds (``train.log`` from ``| tee``, a README, sources), unless it holds
+  entries with the names of the layout that no jaxsrl run wrote (e.g. a ``checkpoints/``
+  of another tool): those are refused, with or without ``--overwrite``.
+* :func:`prepare` (``--overwrite`` only) deletes the earlier run's own entries
+  (:func:`run_entries`: the names of the layout above), ``config.json`` last; every other
+  file or folder stays as it is.
+
+A folder holds a jaxsrl run when its ``config.json`` was written by jaxsrl
+(:func:`is_run_config`: the ``"jaxsrl": {"format": 1, ...}`` key that
+:meth:`RunDir.write_config` adds; a ``config.json`` from before that key, with string
+``agent`` and ``env`` and the keys ``total_env_steps``, ``seed`` and ``logdir`` that every
+launcher wrote, counts too), or when ``checkpoints/<policy>/<step>/meta/metadata`` is a
+JSON object with ``policy_version`` (what every jaxsrl trainer saves).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 
 import filelock
 
+import jaxsrl
 from jaxsrl.experiment.events import EVENTS_NAME, read_events
+
+log = logging.getLogger("jaxsrl")
 
 LOCK_NAME = ".jaxsrl.lock"
 CONFIG_NAME = "config.json"
 METRICS_NAME = "metrics.jsonl"
 CHECKPOINTS_NAME = "checkpoints"
-#: What marks a folder as a jaxsrl run (any one of them).
-RUN_MARKERS = (CONFIG_NAME, METRICS_NAME, CHECKPOINTS_NAME)
+#: What a run writes in its folder besides the lock (the layout above; ``eval.json`` is
+#: ``scripts/multiseed.py``'s evaluation, ``wandb/`` the W&B files). ``--overwrite``
+#: deletes these and nothing else.
+RUN_ENTRIES = (CONFIG_NAME, METRICS_NAME, EVENTS_NAME, CHECKPOINTS_NAME, "errors", "eval",
+               "eval.json", "population", "selfplay", "wandb_run_id", "wandb")
+#: TensorBoard's event files (``events.out.tfevents.<time>.<host>``) are the run's too.
+TENSORBOARD_PREFIX = "events.out.tfevents."
+#: The key :meth:`RunDir.write_config` adds to ``config.json``, and its format.
+MARKER_KEY, FORMAT = "jaxsrl", 1
+#: Keys every ``config.json`` written before the marker holds (with string agent, env).
+LEGACY_KEYS = ("agent", "env", "total_env_steps", "seed", "logdir")
 
 
 class RunDir:
@@ -122,10 +150,13 @@ class RunDir:
             for name in os.listdir(os.path.join(root, policy)))
 
     def write_config(self, config: dict) -> None:
-        """Write ``config.json`` (creating the folder)."""
+        """Write ``config.json`` (creating the folder), marked as jaxsrl's
+        (``"jaxsrl": {"format": 1, "version": ...}``, first)."""
         os.makedirs(self.path, exist_ok=True)
+        marked = {MARKER_KEY: {"format": FORMAT, "version": jaxsrl.__version__}}
+        marked.update((k, v) for k, v in config.items() if k != MARKER_KEY)  # a read one's: renewed
         with open(self.config_path, "w") as f:
-            json.dump(config, f, indent=2)
+            json.dump(marked, f, indent=2)
 
     def read_config(self) -> dict:
         """The run's ``config.json``.
@@ -190,21 +221,83 @@ class RunFolderError(ValueError):
     """The run folder cannot be used for this run; the message says why and what to do."""
 
 
+def is_run_entry(name: str) -> bool:
+    """Whether a folder entry ``name`` is one a run writes (:data:`RUN_ENTRIES`, TensorBoard)."""
+    return name in RUN_ENTRIES or name.startswith(TENSORBOARD_PREFIX)
+
+
+def run_entries(logdir: str) -> list[str]:
+    """The names in ``logdir`` that a run writes, sorted (``[]`` if it does not exist)."""
+    if not os.path.isdir(logdir):
+        return []
+    return sorted(n for n in os.listdir(logdir) if is_run_entry(n))
+
+
+def is_run_config(path: str) -> bool:
+    """Whether the file ``path`` is a ``config.json`` that jaxsrl wrote: a JSON object
+    with the ``"jaxsrl": {"format": <int>, ...}`` marker, or (written before the marker)
+    with string ``agent`` and ``env`` and every key of :data:`LEGACY_KEYS`."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return False
+    if not isinstance(data, dict):
+        return False
+    marker = data.get(MARKER_KEY)
+    if isinstance(marker, dict) and isinstance(marker.get("format"), int):
+        return True
+    return (isinstance(data.get("agent"), str) and isinstance(data.get("env"), str)
+            and all(k in data for k in LEGACY_KEYS))
+
+
+def has_run_checkpoint(checkpoints: str) -> bool:
+    """Whether ``checkpoints`` (``LOGDIR/checkpoints``) holds a step saved by a jaxsrl
+    trainer: ``<policy>/<step>/meta/metadata``, a JSON object with ``policy_version``."""
+    if not os.path.isdir(checkpoints):
+        return False
+    for policy in os.listdir(checkpoints):
+        folder = os.path.join(checkpoints, policy)
+        if not os.path.isdir(folder):
+            continue
+        for step in filter(str.isdigit, os.listdir(folder)):
+            try:
+                with open(os.path.join(folder, step, "meta", "metadata"), encoding="utf-8") as f:
+                    meta = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(meta, dict) and "policy_version" in meta:
+                return True
+    return False
+
+
+def holds_run(logdir: str) -> bool:
+    """Whether ``logdir`` holds a jaxsrl run (:func:`is_run_config` of its
+    ``config.json``, or :func:`has_run_checkpoint`); other files never count."""
+    run = RunDir(logdir)
+    return is_run_config(run.config_path) or has_run_checkpoint(run.checkpoints_path)
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
 def claim(logdir: str, resume: bool, overwrite: bool) -> filelock.BaseFileLock:
-    """Lock ``logdir`` for this run (creating it) and check it may be used.
+    """Lock ``logdir`` for this run (creating it) and check it may be used; deletes nothing
+    (``--overwrite``'s deletion is :func:`prepare`, once the run's other checks passed).
 
     Args:
       logdir: the run folder.
       resume: ``--resume``: the folder's run is continued (its files stay).
-      overwrite: ``--overwrite``: an earlier run in the folder is deleted first.
+      overwrite: ``--overwrite``: an earlier run in the folder is to be replaced.
 
     Returns:
       The held lock; ``release()`` it when the run has ended.
 
     Raises:
-      RunFolderError: another live run holds the folder; it holds files and neither
-        ``resume`` nor ``overwrite`` is set; or ``overwrite`` on a folder that is not a
-        jaxsrl run.
+      RunFolderError: another live run holds the folder; it holds a jaxsrl run and
+        neither ``resume`` nor ``overwrite`` is set; or, without ``resume``, it holds
+        entries named like a run's that no jaxsrl run wrote.
     """
     os.makedirs(logdir, exist_ok=True)
     path = os.path.join(logdir, LOCK_NAME)
@@ -215,25 +308,46 @@ def claim(logdir: str, resume: bool, overwrite: bool) -> filelock.BaseFileLock:
         raise RunFolderError(f"--logdir {logdir} is in use by another live run (it holds {path}): "
                              "stop that run or give another --logdir") from None
     try:
-        contents = sorted(n for n in os.listdir(logdir) if n != LOCK_NAME)
-        if contents and not resume:
+        entries = run_entries(logdir)
+        if entries and not resume:
+            if not holds_run(logdir):
+                raise RunFolderError(
+                    f"--logdir {logdir} holds {_shown(entries)}, which no jaxsrl run wrote (no "
+                    f"jaxsrl {CONFIG_NAME} or checkpoint): not using or deleting them; move "
+                    "them away or give another --logdir")
             if not overwrite:
-                shown = ", ".join(contents[:3]) + (", ..." if len(contents) > 3 else "")
-                raise RunFolderError(f"--logdir {logdir} already holds a run ({shown}): add --resume "
-                                     "to continue it, --overwrite to replace it, or give a new --logdir")
-            if not any(n in RUN_MARKERS for n in contents):
-                raise RunFolderError(f"--overwrite: {logdir} holds no jaxsrl run (none of "
-                                     f"{', '.join(RUN_MARKERS)}); not deleting its files")
-            for name in contents:
-                target = os.path.join(logdir, name)
-                if os.path.isdir(target) and not os.path.islink(target):
-                    shutil.rmtree(target)
-                else:
-                    os.remove(target)
+                raise RunFolderError(f"--logdir {logdir} already holds a run ({_shown(entries)}): "
+                                     "add --resume to continue it, --overwrite to replace it, or "
+                                     "give a new --logdir")
     except BaseException:
         lock.release()
         raise
     return lock
+
+
+def prepare(logdir: str, overwrite: bool) -> list[str]:
+    """Make the claimed ``logdir`` ready for the run's first write; call it once every
+    check of the run has passed. With ``overwrite``, delete the earlier run's own entries
+    (:func:`run_entries`), ``config.json`` last (a kill midway leaves a folder that is
+    still recognised as a run, so ``--overwrite`` again finishes the job); any other file
+    or folder stays.
+
+    Returns:
+      The names deleted, sorted.
+    """
+    if not overwrite:
+        return []
+    entries = run_entries(logdir)
+    for name in sorted(entries, key=lambda n: n == CONFIG_NAME):
+        target = os.path.join(logdir, name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        else:
+            os.remove(target)
+    if entries:
+        log.info("--overwrite: deleted the earlier run in %s (%s); other files kept", logdir,
+                 ", ".join(entries))
+    return entries
 
 
 def remove_if_unused(logdir: str) -> None:

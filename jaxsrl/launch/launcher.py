@@ -79,8 +79,10 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     Raises:
       ComponentDied: an inference server, trainer or (repeatedly) an actor died.
       FileNotFoundError: ``--resume`` without a checkpoint in ``--logdir``.
-      RunFolderError: ``--logdir`` is locked by another live run, or holds files
-        without ``--resume`` / ``--overwrite`` (a ``ValueError``).
+      RunFolderError: ``--logdir`` is locked by another live run, holds a run without
+        ``--resume`` / ``--overwrite``, or holds files named like a run's that no jaxsrl
+        run wrote (a ``ValueError``). Nothing in the folder is deleted or written until
+        every check has passed (:func:`jaxsrl.experiment.run_dir.prepare`).
       ValueError: an impossible config (before any worker or process starts).
       KeyboardInterrupt: Ctrl-C or SIGTERM (after a clean shutdown and checkpoint).
     """
@@ -90,7 +92,8 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
         raise FileNotFoundError(f"--resume: no checkpoint under {RunDir(logdir).checkpoints_path} "
                                 "(give the --logdir of a run that saved one)")
     created = not os.path.isdir(logdir)
-    lock = run_folder.claim(logdir, cfg.resume, cfg.overwrite)  # until the run has ended
+    # Locked until the run has ended; checked, but not changed (that is _train's prepare).
+    lock = run_folder.claim(logdir, cfg.resume, cfg.overwrite)
     try:
         with events.recording(RunDir(logdir).events_path):
             return _train(cfg, spawner, logdir)
@@ -137,6 +140,9 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     try:
         setup = wiring.agent_setup(cfg, flow, placement)  # ValueErrors before anything starts
         cfg, why = _inference_mode(cfg, flow, setup, placement)
+        # Every check has passed (config, devices, agent against the env's spaces,
+        # inference mode): only now is the run folder changed.
+        run_folder.prepare(logdir, cfg.overwrite)
         _write_config(cfg, logdir)
         events.emit(log, logging.INFO, "run_start",
                     {"agent": cfg.agent, "env": cfg.env, "resume": bool(cfg.resume),

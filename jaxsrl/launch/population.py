@@ -71,6 +71,15 @@ class Population:
         self.cfg, self.metrics = cfg, metrics
         self.members = settings.member_names(cfg.population)
         self.space = settings.search_space(cfg)
+        if not cfg.pbt.search_space or settings.ready_interval(cfg.pbt) != (
+                cfg.pbt.ready_env_steps, cfg.pbt.ready_versions):
+            env_steps, versions = settings.ready_interval(cfg.pbt)
+            log.info("population of %d: search space %s; a round every %s (defaults where "
+                     "[pbt] sets none: docs/population.md)", cfg.population,
+                     ", ".join(f"{k} in [{r.min:g}, {r.max:g}]{' (log)' if r.log else ''}"
+                               for k, r in self.space.items()),
+                     f"{env_steps:,} env frames per member" if env_steps else
+                     f"{versions} policy versions per member")
         self.tracker = FitnessTracker(self.members)
         self.store = PopulationStore(logdir)
 
@@ -104,10 +113,11 @@ class Population:
             for m in self.members:
                 trainers[m].state = with_hyper(trainers[m].state, hyper[m])
         s = self.cfg.pbt
+        ready_env_steps, ready_versions = settings.ready_interval(s)
         manager = PopulationManager(
             "population", {m: trainers[m] for m in self.members}, PBT(self.space, s.pbt_config()),
-            self.tracker, hyper, self.metrics, ready_env_steps=s.ready_env_steps,
-            ready_versions=s.ready_versions, store=self.store, seed=self.cfg.seed)
+            self.tracker, hyper, self.metrics, ready_env_steps=ready_env_steps,
+            ready_versions=ready_versions, store=self.store, seed=self.cfg.seed)
         saved = self.store.load() if self.cfg.resume else None
         if saved is not None:
             manager.load(*saved)

@@ -1,9 +1,12 @@
 """A run folder belongs to one run: a folder holding a run is refused without
---resume/--overwrite, a second live run is refused by the folder's lock, and resuming
-past an unreadable newest checkpoint neither collides with it nor reports it as saved."""
+--resume/--overwrite, --overwrite deletes only the run's own entries (never a file jaxsrl
+did not write), a folder of foreign files only is a new run's folder, a second live run
+is refused by the folder's lock, and resuming past an unreadable newest checkpoint
+neither collides with it nor reports it as saved."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -17,7 +20,8 @@ from jaxsrl.experiment import events
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.config import load_config
 from jaxsrl.launch.launcher import train
-from jaxsrl.experiment.run_dir import LOCK_NAME, RunDir, RunFolderError, claim
+from jaxsrl.experiment.run_dir import (LOCK_NAME, RunDir, RunFolderError, claim, holds_run,
+                                       is_run_config, prepare)
 from test_faults_helpers import REPO_ROOT
 
 TINY = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=4", "--segment_length=8",
@@ -28,39 +32,119 @@ HOLD_LOCK = ("import filelock, sys, time; lock = filelock.FileLock(sys.argv[1]);
              "print('held', flush=True); time.sleep(120)")
 
 
+def _run(logdir) -> None:
+    """A run's files in ``logdir``, as jaxsrl writes them (the config marked as jaxsrl's)."""
+    RunDir(str(logdir)).write_config({"agent": "ppo", "env": "CartPole-v1"})
+    (logdir / "metrics.jsonl").write_text('{"env_steps": 64}\n')
+    (logdir / "run_events.jsonl").write_text("{}\n")
+    (logdir / "events.out.tfevents.123.host").write_text("tb")
+    (logdir / "errors").mkdir()
+    (logdir / "errors" / "actor0.txt").write_text("trace")
+    step = logdir / "checkpoints" / "default" / "3"
+    (step / "meta").mkdir(parents=True)
+    (step / "meta" / "metadata").write_text('{"policy_version": 3}')
+
+
+def _foreign(logdir) -> dict:
+    """Files a user keeps beside a run: a tee'd log, notes, sources."""
+    (logdir / "src").mkdir(parents=True, exist_ok=True)
+    files = {"train.log": "05:00 jaxsrl steps 0\n", "README.txt": "notes",
+             os.path.join("src", "model.py"): "import jax\n"}
+    for name, text in files.items():
+        (logdir / name).write_text(text)
+    return files
+
+
 def test_a_folder_holding_a_run_is_refused_without_resume_or_overwrite(tmp_path):
     logdir = tmp_path / "run"
     logdir.mkdir()
-    (logdir / "config.json").write_text("{}")
-    with pytest.raises(RunFolderError, match=r"already holds a run \(config.json\).*--resume.*--overwrite"):
+    _run(logdir)
+    with pytest.raises(RunFolderError, match=r"already holds a run \(checkpoints, config.json, errors, "
+                                             r"\.\.\.\).*--resume.*--overwrite"):
         claim(str(logdir), resume=False, overwrite=False)
     claim(str(logdir), resume=True, overwrite=False).release()  # continuing it is fine
     assert (logdir / "config.json").exists()
 
 
+def test_what_counts_as_a_run(tmp_path):
+    """jaxsrl's marked config.json, an older one with the launcher's keys, or a jaxsrl
+    checkpoint; never other files, nor a config.json of another program."""
+    config = tmp_path / "config.json"
+    RunDir(str(tmp_path)).write_config({"agent": "ppo"})
+    assert json.loads(config.read_text())["jaxsrl"]["format"] == 1 and is_run_config(str(config))
+    legacy = {"agent": "ppo", "env": "CartPole-v1", "total_env_steps": 10, "seed": 0,
+              "logdir": "runs/x", "resume": False}  # written before the marker
+    config.write_text(json.dumps(legacy))
+    assert is_run_config(str(config))
+    for other in ("{}", '{"agent": "ppo", "env": "x"}', "[1, 2]", '{"model": "bert"}', "{trunc"):
+        config.write_text(other)
+        assert not is_run_config(str(config)), other
+    assert not holds_run(str(tmp_path))
+    (tmp_path / "checkpoints" / "default" / "7").mkdir(parents=True)  # empty: not a save
+    assert not holds_run(str(tmp_path))
+    (tmp_path / "checkpoints" / "default" / "7" / "meta").mkdir()
+    (tmp_path / "checkpoints" / "default" / "7" / "meta" / "metadata").write_text(
+        '{"policy_version": 7, "env_steps": 900}')
+    assert holds_run(str(tmp_path))
+
+
+def test_overwrite_deletes_only_the_runs_own_entries_and_only_in_prepare(tmp_path):
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    _run(logdir)
+    foreign = _foreign(logdir)
+    lock = claim(str(logdir), resume=False, overwrite=True)
+    try:
+        assert (logdir / "config.json").exists()  # claim deletes nothing
+        assert prepare(str(logdir), overwrite=True) == [
+            "checkpoints", "config.json", "errors", "events.out.tfevents.123.host",
+            "metrics.jsonl", "run_events.jsonl"]
+    finally:
+        lock.release()
+    assert sorted(os.listdir(logdir)) == sorted([LOCK_NAME, "README.txt", "src", "train.log"])
+    for name, text in foreign.items():
+        assert (logdir / name).read_text() == text
+
+
+def test_a_folder_of_foreign_files_is_a_new_runs_folder(tmp_path):
+    """Only a log (``| tee LOGDIR/train.log``), or notes and sources: a new run starts
+    there with or without --overwrite, and --overwrite deletes none of it."""
+    logdir = tmp_path / "run"
+    foreign = _foreign(logdir)
+    for overwrite in (False, True):
+        lock = claim(str(logdir), resume=False, overwrite=overwrite)
+        try:
+            assert prepare(str(logdir), overwrite) == []
+        finally:
+            lock.release()
+        for name, text in foreign.items():
+            assert (logdir / name).read_text() == text
+
+
+def test_entries_named_like_a_runs_that_jaxsrl_did_not_write_are_never_emptied(tmp_path):
+    """A project folder with README.txt, src/model.py and an empty checkpoints/ (not
+    jaxsrl's): refused with or without --overwrite, nothing deleted."""
+    home = tmp_path / "home"
+    foreign = _foreign(home)
+    (home / "checkpoints").mkdir()
+    for overwrite in (False, True):
+        with pytest.raises(RunFolderError, match=r"holds checkpoints, which no jaxsrl run wrote.*"
+                                                 r"not using or deleting them"):
+            claim(str(home), resume=False, overwrite=overwrite)
+    assert (home / "checkpoints").is_dir()
+    for name, text in foreign.items():
+        assert (home / name).read_text() == text
+
+
 def test_train_py_refuses_it_with_one_line_and_exit_code_2(tmp_path):
     logdir = tmp_path / "run"
     logdir.mkdir()
-    (logdir / "metrics.jsonl").write_text("")
+    _run(logdir)
     out = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *TINY,
                           f"--logdir={logdir}"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 2
     errors = [line for line in out.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "--resume" in errors[0] and "--overwrite" in errors[0], out.stderr
-
-
-def test_overwrite_replaces_a_run_but_never_a_folder_that_is_not_one(tmp_path):
-    run = tmp_path / "run"
-    (run / "checkpoints" / "default" / "3").mkdir(parents=True)
-    (run / "metrics.jsonl").write_text("{}\n")
-    claim(str(run), resume=False, overwrite=True).release()
-    assert sorted(os.listdir(run)) == [LOCK_NAME]
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "thesis.tex").write_text("precious")
-    with pytest.raises(RunFolderError, match="holds no jaxsrl run.*not deleting"):
-        claim(str(home), resume=False, overwrite=True)
-    assert (home / "thesis.tex").read_text() == "precious"
 
 
 def test_resume_and_overwrite_together_are_refused():

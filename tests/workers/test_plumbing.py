@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import zmq
 
+import jaxsrl
 from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.metrics import MAX_SAMPLES, MetricsAccumulator
 from jaxsrl.experiment.run_dir import RunDir
@@ -150,7 +151,8 @@ def test_run_dir_layout_config_and_metrics(tmp_path):
     with pytest.raises(FileNotFoundError, match="no metrics file"):
         run.read_metrics()
     run.write_config({"agent": "ppo"})
-    assert run.read_config() == {"agent": "ppo"}
+    assert run.read_config() == {"jaxsrl": {"format": 1, "version": jaxsrl.__version__},
+                                 "agent": "ppo"}  # marked as jaxsrl's (run_dir.holds_run)
     assert run.config_path == os.path.join(run.path, "config.json")
     assert run.error_file("actor3") == os.path.join(run.path, "errors", "actor3.txt")
     with open(run.metrics_path, "w") as f:
