@@ -108,7 +108,7 @@ class InlinePolicy:
         return True
 
     def _inputs(self, named: dict) -> tuple:
-        """``(params, obs, carry)`` of ``_step`` for one request's rows (:meth:`act`)."""
+        """``(versioned parameters, obs, carry)`` for ``_step`` from one request's rows (:meth:`act`)."""
         versioned = self.store.get(self.policy)
         arrays = {k: np.asarray(named[k], dtype=spec.dtype) for k, spec in self._schema.items()}
         return (versioned, unflatten_obs({k: arrays[k] for k in self._obs_names}),

@@ -26,8 +26,9 @@ actor waits up to ``startup_timeout_s`` for a first version (exit code 3 and a o
 reason in ``error_file`` if none came), then compiles ``act`` for each stream's request
 shape in a thread while it keeps beating and sending statuses, so a compile longer
 than the launcher's ``actor_heartbeat_timeout_s`` (a large network, several actors
-compiling at once, a cold cache) is not taken for a hang; only then does it step. A malformed parameter message is dropped with a
-one-line reason; the parameters in use stay.
+compiling at once, a cold cache) is not taken for a hang; only then does it step. A
+malformed parameter message is dropped with a one-line reason; the parameters in use
+stay.
 
 Time spent in ``act`` is reported as the actor's ``wait_s`` (``actor/wait_s``: what the
 environments waited for actions). The spec is the actor's plus ``inline``:
