@@ -24,9 +24,9 @@ Sockets (see ``jaxsrl/streams/replay_wire.py`` for the messages):
   one sent again after its answer left is not answered twice: the last
   :data:`MAX_ANSWERED` answered requests are remembered, such re-sends counted in
   ``duplicate_sample_requests``) are answered with a ``replay_batch`` only while the
-  limiter allows an update, so the learner waits for data; ``priorities`` are written back (dropped if they name another run of this
-  process, i.e. a batch from before a restart); the launcher's ``actor_runs`` fill the
-  actor table;
+  limiter allows an update, so the learner waits for data; ``priorities`` are written
+  back (dropped if they name another run of this process, i.e. a batch from before a
+  restart); the launcher's ``actor_runs`` fill the actor table;
 - **status** (PUSH, connected to the launcher): every ``status_interval_s`` a
   ``buffer_status``::
 
