@@ -33,6 +33,10 @@ class StepResult(NamedTuple):
       valid: ``[rows]`` bool, the row's agent took part in this step (False: an idle
         row of an agent absent from the episode), or ``None`` for groups whose rows are
         never idle (single-agent groups; see ``jaxsrl.envs.env_has_idle_rows``).
+      discarded: ``[rows]`` bool, the row's episode ended at this step marked
+        ``info["discard_episode"]`` (its physics failed: ``jaxsrl.envs.hide_and_seek``);
+        such a step is not valid and its episode is not in ``episodes``. ``None``: no
+        episode was discarded at this step.
     """
 
     obs: dict
@@ -42,6 +46,7 @@ class StepResult(NamedTuple):
     final_obs: dict
     episodes: list
     valid: np.ndarray | None = None
+    discarded: np.ndarray | None = None
 
 
 class ActorEnv(Protocol):

@@ -8,7 +8,11 @@ and ``StepResult.valid`` False for each of its steps, so learners can mask it ou
 (``Trajectory.valid``). The environment comes from a factory (or a module exposing
 ``make_env(**kwargs)``) returning a ``pettingzoo.ParallelEnv``, optionally with
 ``team_of(agent) -> str``; episode statistics found in ``info["episode_stats"]`` at the
-end of an episode are reported with each agent's episode. An environment that also has
+end of an episode are reported with each agent's episode. An episode whose last infos
+carry a true ``"discard_episode"`` (hide-and-seek's physics failed twice: its guard.py) is
+not reported: its last step is not valid and its rows are flagged in
+``StepResult.discarded``, so the actor can mask the episode's steps it still holds and
+count it (``episodes_discarded``). An environment that also has
 ``step_arrays(actions [n, ...]) -> (obs {key: [n, ...]}, rewards [n], terminated [n],
 truncated [n], infos [n])`` over its current ``agents`` in order (as ``HideAndSeekEnv``
 does) is stepped through it: no per-agent dicts either side. Imports no JAX.
@@ -96,11 +100,13 @@ class MultiAgentVectorEnv:
         terminated = np.zeros(self.num_rows, bool)
         truncated = np.zeros(self.num_rows, bool)
         valid = np.zeros(self.num_rows, bool)  # the row's agent acts in this step
+        discarded = np.zeros(self.num_rows, bool)  # the row's episode ended for discard here
         final = None
         episodes = []
         for e, env in enumerate(self.envs):
             if self._arrays[e]:
-                final = self._step_arrays(e, env, action, reward, terminated, truncated, valid, final, episodes)
+                final = self._step_arrays(e, env, action, reward, terminated, truncated, valid, discarded,
+                                          final, episodes)
                 continue
             present = set(env.agents)  # variable team sizes: absent agents' rows idle
             acts = {agent: action[e * A + a] for a, agent in enumerate(self.agents) if agent in present}
@@ -120,24 +126,32 @@ class MultiAgentVectorEnv:
                 took_part = [(e * A + a, agent) for a, agent in enumerate(self.agents) if agent in present]
                 obs = self._end_episode(e, env, [row for row, _ in took_part],
                                         [infos.get(agent, {}) for _, agent in took_part],
-                                        any(term.values()), terminated, truncated, episodes)
+                                        any(term.values()), terminated, truncated, valid, discarded,
+                                        episodes)
             self._write(e, obs, self._obs)
         if final is None:
             final = {k: np.zeros_like(v) for k, v in self._obs.items()}
         return StepResult({k: v.copy() for k, v in self._obs.items()}, reward, terminated,
-                          truncated, final, episodes, valid)
+                          truncated, final, episodes, valid,
+                          discarded if np.count_nonzero(discarded) else None)
 
     def _end_episode(self, e: int, env: Any, rows: list, infos: list, ended_by_term: bool,
-                     terminated: np.ndarray, truncated: np.ndarray, episodes: list) -> dict:
+                     terminated: np.ndarray, truncated: np.ndarray, valid: np.ndarray,
+                     discarded: np.ndarray, episodes: list) -> dict:
         """Report the episode of env ``e`` (``rows``: the rows of the agents that took part,
         ``infos``: their last infos), mark all its rows ended, reset it; returns the new
         episode's observations. Every agent's episode ends together (the game has no
-        per-agent end)."""
+        per-agent end). An episode any of whose last infos says ``discard_episode`` is not
+        reported: its rows' step is marked not ``valid`` and ``discarded``."""
         A = len(self.agents)
-        for row, info in zip(rows, infos):
-            stats = info.get("episode_stats", {})
-            episodes.append({"return": float(self._returns[row]), "length": int(self._lengths[e]),
-                             "team": self.row_team[row], **{k: float(v) for k, v in stats.items()}})
+        if any(info.get("discard_episode") for info in infos):
+            valid[rows] = False
+            discarded[rows] = True
+        else:
+            for row, info in zip(rows, infos):
+                stats = info.get("episode_stats", {})
+                episodes.append({"return": float(self._returns[row]), "length": int(self._lengths[e]),
+                                 "team": self.row_team[row], **{k: float(v) for k, v in stats.items()}})
         terminated[e * A:(e + 1) * A] = ended_by_term
         truncated[e * A:(e + 1) * A] = not ended_by_term
         self._returns[e * A:(e + 1) * A] = 0
@@ -151,7 +165,8 @@ class MultiAgentVectorEnv:
         names = self._flat_names
         return flatten_obs(obs) if names is None else {names[k]: v for k, v in obs.items()}
 
-    def _step_arrays(self, e, env, action, reward, terminated, truncated, valid, final, episodes):
+    def _step_arrays(self, e, env, action, reward, terminated, truncated, valid, discarded, final,
+                     episodes):
         """``step`` of env ``e`` through its ``step_arrays``; returns ``final`` (created
         when this env's episode ends)."""
         A = len(self.agents)
@@ -173,7 +188,7 @@ class MultiAgentVectorEnv:
         for k, v in flat.items():
             final[k][rows] = v
         obs = self._end_episode(e, env, np.arange(self.num_rows)[rows].tolist(), infos, bool(term.any()),
-                                terminated, truncated, episodes)
+                                terminated, truncated, valid, discarded, episodes)
         self._write(e, obs, self._obs)
         return final
 

@@ -13,7 +13,8 @@ dropped, counted (``dropped_segments``, ``stale_run_segments_dropped``) and reco
 array is dropped and counted (``nonfinite_segments_dropped``), or raises
 :class:`NonFiniteSegment` under ``on_nonfinite="raise"``.
 
-Every admitted segment's env steps, actor server switches (``inference_failovers``) and
+Every admitted segment's env steps, actor server switches (``inference_failovers``),
+agent episodes the actor discarded (``episodes_discarded``: their physics failed) and
 actor timings (``actor/env_s``, ``actor/wait_s``) are counted, and its episode records
 cleaned (:class:`~jaxsrl.streams.episodes.EpisodeFilter`); what a receiver does after
 that (staleness, batches, replay) is its own.
@@ -140,6 +141,9 @@ class SegmentGate:
         self.metrics.add_env_steps(meta.get("env_steps", 0))
         if type(meta.get("failovers")) is int and 0 < meta["failovers"] < 2**31:  # noqa: E721
             self.metrics.count("inference_failovers", meta["failovers"])  # actors' server switches
+        discarded = meta.get("episodes_discarded")
+        if type(discarded) is int and 0 < discarded < 2**31:  # noqa: E721
+            self.metrics.count("episodes_discarded", discarded)  # not in the returns
         timing = meta.get("timing")
         if isinstance(timing, dict):
             self.metrics.add_means({k: timing[k] for k in TIMING_KEYS

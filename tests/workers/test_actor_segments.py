@@ -113,8 +113,24 @@ class TeamCounter:
         pass
 
 
-def make_env(**kwargs):  # the module interface of jaxsrl.envs.multi_agent
-    return TeamCounter()
+class DiscardCounter(TeamCounter):
+    """Both agents always present; episodes of 3 steps (truncated), observation ``[steps
+    into the episode, episode index]``, reward 1; every episode ``k`` with ``k % 3 == 1``
+    ends marked ``discard_episode`` (as hide-and-seek's when its physics fails)."""
+
+    def reset(self, seed=None, options=None):
+        self.ep, self.count = self.ep + 1, 0
+        self.agents = list(self.possible_agents)
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        obs, rew, term, trunc, _ = super().step(actions)
+        info = {"discard_episode": self.count == 3 and self.ep % 3 == 1}
+        return obs, rew, term, trunc, {a: dict(info) for a in self.agents}
+
+
+def make_env(discard: bool = False, **kwargs):  # the module interface of jaxsrl.envs.multi_agent
+    return DiscardCounter() if discard else TeamCounter()
 
 
 class FakeServer:
@@ -253,3 +269,52 @@ def test_idle_rows_of_absent_agents_are_flagged(monkeypatch):
         saw_idle |= bool(idle.any())
         assert np.all(a["reward"][1][idle] == 0) and np.all(a["obs"][1, :T][idle] == 0)
     assert saw_idle
+
+
+def test_discarded_episodes_are_masked_and_counted_not_reported(monkeypatch):
+    """Episodes ``k % 3 == 1`` (3 steps each) end marked ``discard_episode``: every step of
+    such an episode in the segment where it ends is sent not ``valid`` (its steps in an
+    earlier, already sent segment stay valid), its return is in no segment's
+    ``episodes``, and segment meta counts it per agent in ``episodes_discarded``; through
+    the learner's gate those become the ``episodes_discarded`` metric."""
+    from jaxsrl.experiment.metrics import MetricsAccumulator
+    from jaxsrl.streams.segment_gate import SegmentGate
+
+    monkeypatch.setitem(envs.MULTI_AGENT_ENVS, "jaxsrl_test_discard_counter",
+                        ("test_actor_segments", {"discard": True}))
+    server = FakeServer(box=False)
+    n_seg = 5
+    actor = Actor(actor_spec("jaxsrl_test_discard_counter", server, 1))
+    try:
+        segments = server.serve(n_seg, actor)
+    finally:
+        actor.close()
+        server.close()
+    space = TeamCounter().observation_space("a_0")
+    schema = segment_schema(space, gymnasium.spaces.Discrete(2), T, idle_rows=True) | {
+        "carry/0": wire.ArraySpec("float32", (None, 1))}
+    steps = np.arange(n_seg * T)
+    episode = steps // 3  # global step -> episode index
+    last_segment = (3 * episode + 2) // T  # the segment where the step's episode ends
+    discarded = episode % 3 == 1
+    expected_valid = ~(discarded & (last_segment == steps // T))
+    ended = [k for k in range(n_seg * T // 3) if 3 * k + 2 < n_seg * T]
+    metrics = MetricsAccumulator()
+    gate = SegmentGate(schema, T, 2, None, metrics)
+    gate.version = 100  # the fake server's versions
+    returns = []
+    for j, msg in enumerate(segments):
+        a, n = dense_segment(msg.arrays, schema)
+        np.testing.assert_array_equal(a["obs"][0, :T, 1], episode[j * T:(j + 1) * T])
+        for row in range(2):
+            np.testing.assert_array_equal(a["valid"][row], expected_valid[j * T:(j + 1) * T])
+        admitted = gate.admit(wire.encode(msg.kind, msg.arrays, msg.meta))
+        assert admitted is not None
+        returns += [e["return"] for e in admitted[1]]
+    # exercised: episode 1 (steps 3-5) ends in segment 1, its steps in segment 0 stay
+    # valid; episode 4 (steps 12-14) lies in segment 2, all masked
+    assert expected_valid[3:5].all() and not expected_valid[5] and not expected_valid[12:15].any()
+    n_discarded = sum(k % 3 == 1 for k in ended)
+    assert sum(m.meta["episodes_discarded"] for m in segments) == 2 * n_discarded
+    assert metrics.counter("episodes_discarded") == 2 * n_discarded
+    assert returns == [3.0] * (2 * (len(ended) - n_discarded))  # only whole, kept episodes

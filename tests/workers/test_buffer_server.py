@@ -81,11 +81,15 @@ class Harness:
         self.sent += 1
         return True
 
-    def ask(self, version: int = 0) -> int:
-        self.req += 1
-        self.trainer.send_multipart(wire.encode(replay_wire.SAMPLE, {}, {"req": self.req,
+    def ask(self, version: int = 0, req: int | None = None) -> int:
+        """Send a sample request: a new one, or request ``req`` again (as the trainer
+        does after ``RESEND_S`` without an answer)."""
+        if req is None:
+            self.req += 1
+            req = self.req
+        self.trainer.send_multipart(wire.encode(replay_wire.SAMPLE, {}, {"req": req,
                                                                          "version": version}))
-        return self.req
+        return req
 
     def batch(self, timeout_s: float = WAIT_S):
         """The next replay_batch (decoded against the item structure), or None."""
@@ -201,6 +205,26 @@ def test_rate_limiter_holds_the_ratio_and_slows_the_actor(harness):
     assert s["counters"].get("dropped_segments", 0) == 0
     # |samples - 2 (inserts - 8)| <= 6 (the window) + one segment's 8 items x 2
     assert abs(s["means"]["replay/ratio"] - 2.0) * (inserted - 8) <= 6 + ITEMS * 2
+
+
+def test_a_request_sent_again_after_its_answer_is_answered_once(harness):
+    """The trainer re-sends a request whose answer is still on its way (RESEND_S); the
+    buffer answers it once: the next batch answers the next request, the samples count
+    only the batches sent, and the re-send is counted."""
+    h = harness(replay_ratio=2.0, min_fill=8)
+    for _ in range(2):  # (2 * 16 - 10) // 4 = 5 updates allowed: the limiter holds none back
+        h.send()
+    h.wait(lambda s: s["means"].get("replay/inserts") == 2 * ITEMS)
+    first = h.ask()
+    msg, _ = h.batch()
+    assert msg.meta["req"] == first
+    h.ask(req=first)  # sent again: its answer was on the way
+    second = h.ask()
+    msg, _ = h.batch()
+    assert msg.meta["req"] == second, "the re-sent request was answered again"
+    s = h.wait(lambda s: s["counters"].get("duplicate_sample_requests") == 1 and s["pending"] == 0)
+    assert s["means"]["replay/samples"] == 2 * BATCH
+    assert h.trainer.poll(0) == 0  # no third batch
 
 
 def test_malformed_messages_are_dropped_and_counted(harness):

@@ -59,6 +59,25 @@ def _argmax_make(config, spec, num_updates):
 
 ARGMAX = Agent("argmax", ArgmaxConfig, _argmax_make)
 
+#: the slow-compiling agent's hooks: set when its ``act`` is traced, the event its
+#: tracing waits on, and how many times it was traced.
+SLOW_TRACING, SLOW_RELEASE, SLOW_TRACES = threading.Event(), threading.Event(), []
+
+
+def _slow_make(config, spec, num_updates):
+    fns = _argmax_make(config, spec, num_updates)
+
+    def act(params, obs, carry, rng):  # its body runs while jit traces it: the compile
+        SLOW_TRACES.append(obs.shape)
+        SLOW_TRACING.set()
+        assert SLOW_RELEASE.wait(WAIT_MS / 1000), "the test never released the compile"
+        return fns.act(params, obs, carry, rng)
+
+    return fns._replace(act=act)
+
+
+SLOW = Agent("slow", ArgmaxConfig, _slow_make)
+
 
 def params_of(seed: int) -> dict:
     rng = np.random.default_rng(seed)
@@ -221,3 +240,44 @@ def test_plain_and_inline_actors_refuse_each_others_specs(rig):
              "streams": [{**spec["streams"][0], "inference_address": "inproc://nowhere"}]}
     with pytest.raises(ValueError, match="needs the spec's 'inline' settings"):
         InlineActor(plain, ctx)
+
+
+def test_inline_actor_keeps_reporting_while_act_compiles(rig):
+    """A first compile of ``act`` as long as the test wants (its tracing waits on an
+    event): the actor compiles before it steps and keeps sending ``inline_status``
+    messages (what marks it alive to the launcher's hang detection) and beating all
+    the while; released, it steps without compiling again."""
+    ctx, pub, sink, spec = rig
+    status = ctx.socket(zmq.PULL)
+    status.bind("inproc://fake-status")
+    spec = {**spec, "ping_interval_s": 0.01,
+            "inline": {**spec["inline"], "agent": "test_inline_actor:SLOW",
+                       "status_address": "inproc://fake-status"}}
+    SLOW_TRACING.clear()
+    SLOW_RELEASE.clear()
+    SLOW_TRACES.clear()
+    pub.publish(ps.encode_chunks("p", 3, params_of(0), stream=11))
+    actor = InlineActor(spec, ctx)
+    thread = threading.Thread(target=actor.run, daemon=True)
+    thread.start()
+    try:
+        assert SLOW_TRACING.wait(WAIT_MS / 1000), "act was never compiled"
+        beat = actor.heartbeat
+        held = 0  # statuses since the parameters came (older ones say version -1)
+        while held < 3:  # statuses keep coming while the compile is held
+            assert status.poll(WAIT_MS // 4), "no status while act compiles: it would be taken for hung"
+            meta = wire.decode(status.recv_multipart()).meta
+            assert meta["actor"] == 0
+            held += meta["versions"] == {"p": 3}
+        assert actor.heartbeat > beat and not SLOW_RELEASE.is_set()
+        SLOW_RELEASE.set()
+        for seg, _ in zip(segments(sink), range(3)):
+            assert (seg.arrays["version"] == 3).all()
+        assert SLOW_TRACES == [(ENVS, 4)]  # compiled once, before stepping
+    finally:
+        SLOW_RELEASE.set()
+        actor.stop.set()
+        thread.join(10)
+        actor.close()
+        status.close(linger=0)
+    assert not thread.is_alive() and actor.error is None

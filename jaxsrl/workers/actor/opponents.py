@@ -66,10 +66,11 @@ class SelfPlayDraws:
         self.served[i][:] = served
         self.request[i][:] = served
 
-    def stepped(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray | None) -> None:
+    def stepped(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray | None,
+                discarded: np.ndarray | None = None) -> None:
         """After a step of the group (``[rows]`` arrays): mark rows played by snapshots,
-        add rewards, and for each environment whose episode ended record the game and
-        draw the next one."""
+        add rewards, and for each environment whose episode ended record the game (not
+        when it was ``discarded``: its physics failed) and draw the next one."""
         for i, rows in enumerate(self.rows):
             self.off[i] |= self.served[i] != LATEST
         self.returns += reward
@@ -80,7 +81,7 @@ class SelfPlayDraws:
             for i, (env, rows) in enumerate(zip(self.env_of, self.rows)):
                 mine = rows[env == e]
                 here = mine[self.present[mine]]
-                if len(mine) == 0:
+                if len(mine) == 0 or (discarded is not None and discarded[mine].any()):
                     break
                 score = float(self.returns[here].mean()) if len(here) else 0.0
                 game[self.policies[i]] = [int(self.served[i][env == e][0]), score]

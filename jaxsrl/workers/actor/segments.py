@@ -21,7 +21,9 @@ class SegmentBuffer:
     """Preallocated ``[rows, T(+1), ...]`` buffers for one stream's current segment.
 
     With ``with_valid`` it also keeps ``valid`` ``[rows, T]`` bool per-step validity
-    flags (``StepResult.valid``), sent as the segment's ``valid`` array."""
+    flags (``StepResult.valid``), sent as the segment's ``valid`` array; a row whose
+    episode is discarded (``StepResult.discarded``) has every step of that episode this
+    segment holds marked not valid (the steps of it in segments already sent cannot be)."""
 
     def __init__(self, first_obs: dict, T: int, action_dtype: str, action_shape: tuple, carry: dict,
                  with_valid: bool = False):
@@ -36,6 +38,7 @@ class SegmentBuffer:
         self.logp = np.zeros((rows, T), np.float32)
         self.version = np.zeros((rows, T), np.int32)
         self.valid = np.ones((rows, T), bool) if with_valid else None
+        self.episode_start = np.zeros(rows, np.intp)  # step of this segment where the row's episode began
         self.carry = {k: np.zeros_like(v) for k, v in carry.items()}
         self.episodes: list = []
         self.start(first_obs, carry)
@@ -43,20 +46,33 @@ class SegmentBuffer:
     def start(self, obs: dict, carry: dict) -> None:
         self.t = 0
         self.episodes = []
+        self.episode_start[:] = 0
         for k, v in obs.items():
             self.obs[k][:, 0] = v
         for k, v in carry.items():
             self.carry[k][:] = v
 
     def record(self, action, logp, version: int, reward, terminated, truncated, obs, final_obs,
-               valid=None) -> bool:
+               valid=None, discarded=None) -> bool:
         """Store one step; returns True when the segment is full. ``final_obs`` (name ->
         ``[rows, ...]``, or empty when no row was truncated) is kept for the truncated
         rows only: :meth:`arrays` holds stale values at other steps, which the wire
-        encoding (``jaxsrl.streams.segment.pack_final_obs``) leaves out."""
+        encoding (``jaxsrl.streams.segment.pack_final_obs``) leaves out. ``discarded``
+        (``[rows]`` bool or ``None``): rows whose episode ended at this step for discard;
+        every step of it in this segment becomes not valid.
+
+        Raises:
+          ValueError: ``discarded`` rows in a buffer without ``valid`` flags."""
         t = self.t
         if self.valid is not None:
             self.valid[:, t] = valid
+        if discarded is not None and np.count_nonzero(discarded):
+            if self.valid is None:
+                raise ValueError("a discarded episode in a segment without 'valid' flags "
+                                 "(only groups with idle rows can discard episodes)")
+            steps = np.arange(self.T)
+            self.valid &= ~((steps >= self.episode_start[:, None]) & (steps <= t)
+                            & np.asarray(discarded, bool)[:, None])
         self.action[:, t] = action
         self.logp[:, t] = logp
         self.version[:, t] = version
@@ -68,6 +84,7 @@ class SegmentBuffer:
         if final_obs:  # only truncated steps' final observations are sent (pack_final_obs):
             for k, v in final_obs.items():  # other steps keep stale values nobody reads
                 self.final_obs[k][truncated, t] = v[truncated]
+        self.episode_start[np.asarray(terminated) | np.asarray(truncated)] = t + 1
         self.t += 1
         return self.t == self.T
 

@@ -15,7 +15,8 @@ agent's ``initial_carry`` must be zeros) and records each segment's first carry.
 Messages (see ``docs/architecture.md``):
   -> inference: ``act``    meta {actor, run, group}; arrays obs..., carry/i...
   <- inference: ``action`` meta {group, version}; arrays action [n, ...], logp [n], carry/i...
-  -> samples:   ``segment`` meta {actor, run, group, env_steps, episodes, timing, failovers};
+  -> samples:   ``segment`` meta {actor, run, group, env_steps, episodes, timing, failovers,
+                episodes_discarded};
                 arrays obs... [n, T+1, ...], final_obs... [K, ...] with final_index [K]
                 int32 (only the K truncated steps, row * T + t: jaxsrl.streams.segment.
                 pack_final_obs), action, reward, terminated, truncated, logp,
@@ -35,6 +36,13 @@ request unanswered for ``failover_s`` (default 5 s), the actor connects a fresh 
 socket to the next address (replies still on their way from the old one are lost
 with the old socket) and re-sends that stream's outstanding requests; failovers are
 logged and counted in segment meta (``failovers``, since the previous segment).
+
+Discarded episodes (hide-and-seek's ``info["discard_episode"]``: its physics failed;
+``StepResult.discarded``): not in ``episodes``; every step of such an episode the
+actor still holds (the current segment's, the failed step included) is sent not
+``valid``, so learners skip it; agent episodes discarded are counted in segment meta
+(``episodes_discarded``, since the previous segment; the metric of that name). Steps of
+the episode in segments already sent stay valid (each passed the physics check).
 
 Serial mode (``--launcher=serial``) runs the same :class:`Actor` as a thread of the
 launcher's process through :func:`run_actor`, with the run's ZeroMQ context (its
@@ -117,6 +125,7 @@ class Actor(Worker):
         self.startup_timeout_ms = int(1000 * spec.startup_timeout_s)
         self.failover_s = spec.failover_s
         self.failovers = 0  # since the last segment sent
+        self.episodes_discarded = 0  # agent episodes, since the last segment sent
         ctx = context or zmq.Context.instance()
         curve = None
         if spec.curve_server_key:
@@ -288,8 +297,11 @@ class Actor(Worker):
         self.timing["env_s"] += time.perf_counter() - t0
         group.obs = step.obs
         done = step.terminated | step.truncated
+        discarded = step.discarded
+        if discarded is not None:
+            self.episodes_discarded += int(np.count_nonzero(discarded))
         if group.draws:
-            group.draws.stepped(step.reward, done, step.valid)
+            group.draws.stepped(step.reward, done, step.valid, discarded)
         full = []
         for i, rows in enumerate(group.rows):
             for v in group.carry[i].values():
@@ -298,7 +310,8 @@ class Actor(Worker):
             if buf.record(group.action[rows], group.logp[rows], group.version[i], step.reward[rows],
                           step.terminated[rows], step.truncated[rows], take_rows(step.obs, rows),
                           take_rows(step.final_obs, rows) if step.truncated[rows].any() else {},
-                          None if step.valid is None else step.valid[rows]):
+                          None if step.valid is None else step.valid[rows],
+                          None if discarded is None else discarded[rows]):
                 full.append(i)
         for i in range(len(self.streams)):
             group.buffers[i].episodes.extend(step.episodes if i == 0 else ())
@@ -317,10 +330,11 @@ class Actor(Worker):
         if arrays is not None:
             meta = {"actor": self.actor_id, "run": self.run_id, "group": g, "env_steps": steps,
                     "episodes": episodes, "timing": dict(self.timing) if i == 0 else {},
-                    "failovers": self.failovers if i == 0 else 0}
+                    "failovers": self.failovers if i == 0 else 0,
+                    "episodes_discarded": self.episodes_discarded if i == 0 else 0}
             if i == 0:
                 self.timing = {"env_s": 0.0, "wait_s": 0.0}
-                self.failovers = 0
+                self.failovers = self.episodes_discarded = 0
             self._push(self.streams[i], wire.encode("segment", pack_final_obs(arrays), meta))
         buf.start(take_rows(group.obs, group.rows[i]), group.carry[i])
 

@@ -20,11 +20,13 @@ Sockets (see ``jaxsrl/streams/replay_wire.py`` for the messages):
   while the rate limiter allows inserts, so a learner that falls behind slows the
   actors (their sends block), it does not drop their data;
 - **requests** (ROUTER, bound): the trainer's ``sample`` requests (a few outstanding
-  per trainer connection, answered oldest first; a request sent again is held once)
-  are answered with a ``replay_batch`` only while the limiter allows an update, so the
-  learner waits for data; ``priorities`` are written back (dropped if they name another run of this
-  process, i.e. a batch from before a restart); the launcher's ``actor_runs`` fill the
-  actor table;
+  per trainer connection, answered oldest first; a request sent again is held once, and
+  one sent again after its answer left is not answered twice: the last
+  :data:`MAX_ANSWERED` answered requests are remembered, such re-sends counted in
+  ``duplicate_sample_requests``) are answered with a ``replay_batch`` only while the
+  limiter allows an update, so the learner waits for data; ``priorities`` are written
+  back (dropped if they name another run of this process, i.e. a batch from before a
+  restart); the launcher's ``actor_runs`` fill the actor table;
 - **status** (PUSH, connected to the launcher): every ``status_interval_s`` a
   ``buffer_status``::
 
@@ -74,6 +76,11 @@ MAX_STATUS_EPISODES = 400
 """Episodes per status message (the rest wait for the next one: a header stays small)."""
 MAX_STATUS_SEEN = 1000
 MAX_PENDING = 64  # sample requests held while the limiter allows no update
+MAX_ANSWERED = 16384
+"""Answered ``(trainer connection, request)`` pairs remembered, so a request the trainer
+sent again while its answer was on the way (``buffer_client.RESEND_S`` after the first)
+is not answered (and counted against the replay ratio) twice: far more answers than a
+buffer sends in the seconds a re-send can lag its answer."""
 
 
 class HeardTable(ActorTable):
@@ -141,6 +148,7 @@ class BufferServer(Worker):
                                 self._carry, spec.idle_rows, spec.max_rows, self.table,
                                 self.metrics, spec.on_nonfinite, spec.max_staleness, spec.name)
         self.pending: dict[tuple, None] = {}  # (trainer connection, request), oldest first
+        self.answered: collections.OrderedDict = collections.OrderedDict()  # the same, answered
         self.episodes: collections.deque = collections.deque(maxlen=100 * MAX_STATUS_EPISODES)
         self.rng = jax.random.PRNGKey(self.run_id + 7919 * spec.shard)
         self.sample_address = self.request_address = None
@@ -233,9 +241,12 @@ class BufferServer(Worker):
                 req = msg.meta.get("req")
                 if type(req) is not int:  # noqa: E721
                     raise wire.WireError(f"sample meta 'req'={req!r} is not an integer")
-                if (peer, req) not in self.pending and len(self.pending) >= MAX_PENDING:
-                    raise wire.WireError(f"more than {MAX_PENDING} sample requests waiting")
-                self.pending[(peer, req)] = None  # a request sent again is kept once
+                if (peer, req) in self.answered:  # sent again while its answer was on the way
+                    self.metrics.count("duplicate_sample_requests")
+                else:
+                    if (peer, req) not in self.pending and len(self.pending) >= MAX_PENDING:
+                        raise wire.WireError(f"more than {MAX_PENDING} sample requests waiting")
+                    self.pending[(peer, req)] = None  # a request sent again is kept once
             elif msg.kind == replay_wire.PRIORITIES:
                 ids, priorities = replay_wire.check_priorities(msg, self.feed.batch_size)
                 if msg.meta.get("run") != self.run_id:
@@ -264,6 +275,10 @@ class BufferServer(Worker):
                 requests.send_multipart([peer, *frames], flags=zmq.NOBLOCK)
             except zmq.ZMQError:  # the trainer is gone (ROUTER drops): it asks again
                 pass
+            else:
+                self.answered[(peer, req)] = None
+                if len(self.answered) > MAX_ANSWERED:
+                    self.answered.popitem(last=False)
             sent += 1
         return sent
 

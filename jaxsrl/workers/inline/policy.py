@@ -107,6 +107,25 @@ class InlinePolicy:
             self.poll(100)
         return True
 
+    def _inputs(self, named: dict) -> tuple:
+        """``(versioned parameters, obs, carry)`` for ``_step`` from one request's rows (:meth:`act`)."""
+        versioned = self.store.get(self.policy)
+        arrays = {k: np.asarray(named[k], dtype=spec.dtype) for k, spec in self._schema.items()}
+        return (versioned, unflatten_obs({k: arrays[k] for k in self._obs_names}),
+                self._carry.to_tree(arrays))
+
+    def compile(self, named: dict) -> None:
+        """Compile (and run once, discarding the result) ``act`` for requests shaped like
+        ``named`` (see :meth:`act`), so the first :meth:`act` of that shape does not
+        compile; the RNG is left as it was. May run in another thread than :meth:`act`
+        (not at the same time).
+
+        Raises:
+          KeyError: no parameters received yet (:meth:`wait` first).
+        """
+        versioned, obs, carry = self._inputs(named)
+        jax.block_until_ready(self._step(versioned.params, obs, carry, self._key))
+
     def act(self, named: dict) -> tuple[dict, int]:
         """Run ``act`` on one request's rows with the newest parameters.
 
@@ -122,11 +141,8 @@ class InlinePolicy:
         Raises:
           KeyError: no parameters received yet (:meth:`wait` first).
         """
-        versioned = self.store.get(self.policy)
-        arrays = {k: np.asarray(named[k], dtype=spec.dtype) for k, spec in self._schema.items()}
-        self._key, action, carry, logp = self._step(
-            versioned.params, unflatten_obs({k: arrays[k] for k in self._obs_names}),
-            self._carry.to_tree(arrays), self._key)
+        versioned, obs, carry = self._inputs(named)
+        self._key, action, carry, logp = self._step(versioned.params, obs, carry, self._key)
         out = {"action": action, "logp": logp, **self._carry.to_named(carry)}
         return {k: np.asarray(v) for k, v in out.items()}, versioned.version
 

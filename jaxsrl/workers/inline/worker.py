@@ -23,8 +23,12 @@ inference servers replaced:
 Parameters come from the learner's parameter stream (:mod:`jaxsrl.streams.param_stream`,
 the PUB/SUB stream remote inference servers subscribe to). Before its first request the
 actor waits up to ``startup_timeout_s`` for a first version (exit code 3 and a one-line
-reason in ``error_file`` if none came). A malformed parameter message is dropped with a
-one-line reason; the parameters in use stay.
+reason in ``error_file`` if none came), then compiles ``act`` for each stream's request
+shape in a thread while it keeps beating and sending statuses, so a compile longer
+than the launcher's ``actor_heartbeat_timeout_s`` (a large network, several actors
+compiling at once, a cold cache) is not taken for a hang; only then does it step. A
+malformed parameter message is dropped with a one-line reason; the parameters in use
+stay.
 
 Time spent in ``act`` is reported as the actor's ``wait_s`` (``actor/wait_s``: what the
 environments waited for actions). The spec is the actor's plus ``inline``:
@@ -40,6 +44,7 @@ import collections
 import logging
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -149,16 +154,52 @@ class InlineActor(Actor):
         self.ready.set()
         limit_s = self.startup_timeout_ms / 1000
         for name, policy in self.policies.items():
-            def beat():
-                self.beat()
-                if time.monotonic() - self._last_status >= self.ping_interval_s:
-                    self._ping()
-            if not policy.wait(limit_s, self.stop, beat):
+            if not policy.wait(limit_s, self.stop, self._alive):
                 if self.stop.is_set():
                     return
                 raise TimeoutError(f"no parameters of policy {name!r} arrived from "
                                    f"{policy.param_address} within {limit_s:g} s")
-        super()._run(max_segments)
+        if self._compile_act():
+            super()._run(max_segments)
+
+    def _alive(self) -> None:
+        """Beat, and send a status when ``ping_interval_s`` passed since the last."""
+        self.beat()
+        if time.monotonic() - self._last_status >= self.ping_interval_s:
+            self._ping()
+
+    def _compile_act(self) -> bool:
+        """Compile ``act`` for every stream's requests (one per policy and row count) in
+        a thread, beating and sending statuses meanwhile; returns False if ``stop`` was
+        set first (the compile is left to finish in its daemon thread).
+
+        Raises:
+          Exception: what the compile raised.
+        """
+        group, jobs = self.groups[0], {}
+        for i, stream in enumerate(self.streams):
+            named = take_rows(group.obs, group.rows[i])
+            named.update(group.carry[i])
+            jobs.setdefault((stream.policy, len(group.rows[i])), (self.policies[stream.policy], named))
+        errors: list = []
+
+        def compile_all() -> None:
+            try:
+                for policy, named in jobs.values():
+                    policy.compile(named)
+            except BaseException as exc:  # noqa: BLE001  (raised again in the actor's thread)
+                errors.append(exc)
+
+        thread = threading.Thread(target=compile_all, name=f"{self.name} compile", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            if self.stop.is_set():
+                return False
+            self._alive()
+            thread.join(min(0.1, self.ping_interval_s))
+        if errors:
+            raise errors[0]
+        return True
 
     def close(self) -> None:
         super().close()
