@@ -258,8 +258,10 @@ def test_hide_and_seek_policy_per_team_with_video(tmp_path):
     # A zero-sum team game: per-team returns, no overall "return mean" line.
     lines = text.splitlines()
     assert "return  mean" not in text
-    assert lines[-3].startswith("return per team") and "episode length mean 6.0" in lines[-3]
-    assert lines[-2].split()[0] == "hider" and lines[-1].split()[0] == "seeker"
+    i = next(i for i, line in enumerate(lines) if line.startswith("return per team"))
+    assert "episodes, sampled actions" in lines[i - 1] and "episode length mean 6.0" in lines[i]
+    assert lines[i + 1].split()[:2] == ["hider", "mean"]
+    assert lines[i + 2].split()[:2] == ["seeker", "mean"]
     # One policy for everyone, by name.
     run = evaluation.load_run(logdir=str(logdir), policy="seeker")
     assert list(run.policies) == ["seeker"] and run.policy_for("hider") == "seeker"
