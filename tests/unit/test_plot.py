@@ -184,7 +184,9 @@ def test_progress_bar_shows_steps_fps_return_version_eta(tmp_path):
     console = Console(file=buf, force_terminal=True, width=160)
     writer = metrics.MetricsWriter(_config(tmp_path / "run"), console=console, tensorboard=False)
     assert writer.total_env_steps == 1000 and writer.progress is not None
-    writer.write(RECORD)
+    writer.write({**RECORD, "env_steps": 50, "fps": 1.0, "policy_version": 0})  # compiling
+    writer.write({**RECORD, "env_steps": 100, "fps": 40.0, "policy_version": 2})  # 1st update
+    writer.write(RECORD)  # 150 steps after the first update at 125 fps: 750 left, 6 s
     writer.close()
     writer.close()  # idempotent
     text = buf.getvalue()
@@ -193,6 +195,32 @@ def test_progress_bar_shows_steps_fps_return_version_eta(tmp_path):
         assert part in text, part
     with open(os.path.join(tmp_path, "run", "metrics.jsonl")) as f:
         assert json.loads(f.readline())["loss/total"] is None
+
+
+def test_progress_bar_shows_no_eta_before_a_rate_is_measured(tmp_path):
+    """While the learner compiles (no update yet), and over the interval of the first
+    update, the FPS says nothing about the rest of the run: no ETA, not 10:51:58."""
+    pytest.importorskip("rich")
+    from rich.console import Console  # noqa: PLC0415
+
+    def bar_text(records):
+        buf = io.StringIO()
+        bar = metrics.ProgressBar(10**6, "ppo", Console(file=buf, force_terminal=True, width=200))
+        for r in records:
+            bar.update(r)
+        bar.close()
+        return "ETA " + buf.getvalue().rsplit("ETA ", 1)[1].split()[0]  # as last drawn
+
+    compiling = {"env_steps": 64, "fps": 25.0, "policy_version": 0, "wall_time_s": 40.0}
+    first_update = {"env_steps": 3200, "fps": 2200.0, "policy_version": 49, "wall_time_s": 42.0}
+    assert bar_text([compiling]) == "ETA -:--"
+    assert bar_text([compiling, first_update]) == "ETA -:--"
+    steady = {"env_steps": 5200, "fps": 2000.0, "policy_version": 90, "wall_time_s": 43.0}
+    assert bar_text([compiling, first_update, steady]) == "ETA 8:17"  # 994,800 / 2,000 fps
+    # A resumed run starts at its checkpoint's version: the same rule from there.
+    resumed = [{**r, "policy_version": r["policy_version"] + 500}
+               for r in (compiling, first_update, steady)]
+    assert bar_text(resumed[:2]) == "ETA -:--" and bar_text(resumed) == "ETA 8:17"
 
 
 def test_quiet_without_a_terminal_and_sinks_switch_off(tmp_path, monkeypatch):
