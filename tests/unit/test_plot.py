@@ -113,7 +113,7 @@ def test_several_runs_hide_and_seek_teams_and_phase_stats(tmp_path):
     assert paths == [out, str(tmp_path / "hs_episode.png")]
     for p in paths:
         _png_size(p)
-    loaded = plotting.load_runs(runs)
+    loaded = plotting.load_runs(runs, average=True)
     assert [r.label for r in loaded] == ["ppo", "ppo", "ppo", "impala"]
     assert len(loaded[0].records) == 8  # the partial last line is skipped
     assert plotting.episode_stat_keys(loaded) == ["episode/boxes_locked_hiders_prep",
@@ -126,6 +126,47 @@ def test_several_runs_hide_and_seek_teams_and_phase_stats(tmp_path):
     assert _plot_main(runs[:2] + ["--out", str(tmp_path / "x.png"), "--labels", "a", "b",
                                   "--no_stats"]) == 0
     assert not os.path.exists(tmp_path / "x_episode.png")
+
+
+def _legends(monkeypatch, fn):
+    """The legend entries of the first panel of each figure ``fn()`` saves."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: saved.append((path, fig)))
+    fn()
+    return {os.path.basename(path): fig.axes[0].get_legend_handles_labels()[1]
+            for path, fig in saved}
+
+
+def test_two_runs_are_two_curves_unless_averaging_is_asked(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    runs = [_write_run(tmp_path / "runs" / f"seed{i}", _hs_records(i)) for i in range(2)]
+    both = _legends(monkeypatch, lambda: plotting.plot_runs(runs, str(tmp_path / "c.png")))
+    assert both["c.png"] == ["seed0", "seed1"]  # one curve each, not their mean
+    mean = _legends(monkeypatch, lambda: plotting.plot_runs(runs, str(tmp_path / "c.png"),
+                                                            band="mean"))
+    assert mean["c.png"] == ["ppo (mean of 2)"]
+    median = _legends(monkeypatch, lambda: plotting.plot_runs(runs, str(tmp_path / "c.png"),
+                                                              band="median"))
+    assert median["c.png"] == ["ppo (median of 2, min-max shaded)"]
+    same = _legends(monkeypatch, lambda: plotting.plot_runs(runs, str(tmp_path / "c.png"),
+                                                            labels=["x", "x"]))
+    assert same["c.png"] == ["x (mean of 2)"]  # repeated labels: asked for
+    assert plotting.run_labels(["a/s0", "b/s0"]) == ["a/s0", "b/s0"]
+    assert plotting.run_labels(["a/s0", "a/s0/"]) == ["a/s0 #0", "a/s0 #1"]
+
+
+def test_plot_writes_into_the_first_run_folder_by_default(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    runs = [_write_run(tmp_path / "runs" / f"r{i}", _hs_records(i)) for i in range(2)]
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert _plot_main(runs + ["--no_stats"]) == 0
+    out = os.path.join(runs[0], "curves.png")
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    _png_size(out)
+    assert os.listdir(cwd) == []
 
 
 def test_published_reference_markers(tmp_path):
