@@ -40,20 +40,26 @@ def import_module(module: str, what: str) -> Any:
     ``ValueError`` naming it (and ``what`` needed it) if that fails.
 
     Raises:
-      ValueError: the module (or something it imports) cannot be imported; for a
-        module inside a folder of the current directory whose name an imported package
-        already holds (``./agents`` and jaxsrl's ``agents``), the error names the clash.
+      ValueError: the module (or something it imports) cannot be imported; or
+        ``module`` names a file of a folder of the current directory (``./agents/vpg.py``)
+        whose name a package imported from elsewhere holds (jaxsrl's ``agents``): the
+        error names the clash, whether the import failed or found that package's
+        module of the same name instead.
     """
     if is_file(module):
         return import_file(module, what)
     try:
-        return importlib.import_module(module)
+        imported = importlib.import_module(module)
     except ImportError as exc:
         shadowed = _shadowed_folder(module, what)
         if shadowed:
             raise ValueError(f"{what}: {shadowed}") from None
         raise ValueError(f"{what}: cannot import module {module!r} ({exc}); is it on PYTHONPATH "
                          "or in the current directory?") from None
+    shadowed = _shadowed_folder(module, what)
+    if shadowed:  # e.g. ./agents/ppo.py: jaxsrl's agents.ppo was imported, not yours
+        raise ValueError(f"{what}: {shadowed}")
+    return imported
 
 
 def _shadowed_folder(module: str, what: str) -> str | None:

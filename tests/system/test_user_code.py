@@ -139,6 +139,13 @@ def test_a_users_agents_folder_is_named_as_shadowed_and_its_file_form_works(tmp_
     assert out.stdout.strip() == "a2c"
     with pytest.raises(ValueError, match="--agent=agents/nope.py:AGENT: no such file 'agents/nope.py'"):
         load_config(["--agent=agents/nope.py:AGENT"])
+    # Your ./agents/ppo.py is not silently replaced by jaxsrl's agents.ppo either.
+    (tmp_path / "agents" / "ppo.py").write_text("")
+    with pytest.raises(ValueError, match="your folder ./agents is shadowed: rename it or use "
+                                         "--agent=agents/ppo.py:AGENT"):
+        load_config(["--agent=agents.ppo:AGENT"])
+    monkeypatch.chdir(ROOT)  # jaxsrl's own checkout: its agents folder is the package
+    assert load_config(["--agent=agents.ppo:AGENT"]).agent_config().__class__.__name__ == "PPOConfig"
 
 
 def test_help_lists_builtin_agents_config_files_and_env_kwargs(capsys):
