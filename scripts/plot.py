@@ -1,4 +1,4 @@
-"""Plot learning curves: ``python scripts/plot.py LOGDIR [LOGDIR ...] --out curves.png``.
+"""Plot learning curves: ``python scripts/plot.py LOGDIR [LOGDIR ...] [--out curves.png]``.
 
 The same as ``jaxsrl-plot`` (``--help`` lists the flags); the command line is
 :mod:`jaxsrl.cli.plot`. Needs jaxsrl importable: ``pip install -e .`` in this checkout.

@@ -2,16 +2,19 @@
 
 Loads the newest checkpoint of a run (or ``--checkpoint LOGDIR/checkpoints/<policy>[/<step>]``),
 rebuilds the agent from ``LOGDIR/config.json``, runs ``--episodes`` episodes in this
-process and prints the mean and std of the return (per team for hide-and-seek); the
+process and prints the mean and std of the return (per team for team games such as
+hide-and-seek); the
 same command is ``python scripts/evaluate.py ...`` or ``python -m jaxsrl.cli.evaluate ...``::
 
     python scripts/evaluate.py --logdir runs/cp --episodes 20
-    python scripts/evaluate.py --logdir runs/cp --video cp.mp4       # or cp.gif
+    python scripts/evaluate.py --logdir runs/cp --video cp.mp4       # every episode; or cp.gif
     python scripts/evaluate.py --checkpoint runs/cp/checkpoints/default/120 --sample
 
-Actions are the policy's most likely ones unless ``--sample``. MP4 needs the
-``imageio-ffmpeg`` package (without it a GIF is written instead). Exit code 0 on
-success, 2 for a missing run/checkpoint or a bad option.
+Actions are the policy's most likely ones unless ``--sample``. The env is built as in
+training; only ``--video`` asks it for ``rgb_array`` frames (an env that cannot draw
+them is an error naming it). MP4 needs the ``imageio-ffmpeg`` package (without it a
+GIF is written instead). Exit code 0 on success, 2 for a missing run/checkpoint, an
+env that cannot render a ``--video``, or a bad option.
 """
 
 from __future__ import annotations
@@ -44,8 +47,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="sample actions as in training (default: deterministic, most likely action)")
     p.add_argument("--seed", type=int, default=0, help="episode i resets the env with seed + i")
     p.add_argument("--max_steps", type=int, default=None, help="cut episodes after this many steps")
-    p.add_argument("--video", default=None, help="write a video of one episode (.mp4 or .gif)")
-    p.add_argument("--video_episode", type=int, default=0, help="which episode to record (default 0)")
+    p.add_argument("--video", default=None,
+                   help="write a video of the evaluated episodes, one after the other (.mp4 or .gif)")
+    p.add_argument("--video_episode", type=int, default=None,
+                   help="record only this episode, 0-based (default: every episode)")
     p.add_argument("--video_every", type=int, default=1, help="keep every n-th frame")
     p.add_argument("--video_fps", type=float, default=None,
                    help="frames per second (default: the env's render_fps / video_every)")
@@ -61,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.episodes < 1 or args.video_every < 1:
         print("evaluate.py: error: --episodes and --video_every must be >= 1", file=sys.stderr)
         return 2
-    if args.video is not None and not 0 <= args.video_episode < args.episodes:
+    if args.video_episode is not None and not 0 <= args.video_episode < args.episodes:
         print("evaluate.py: error: --video_episode must be in [0, --episodes)", file=sys.stderr)
         return 2
     try:

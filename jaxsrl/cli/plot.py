@@ -1,13 +1,16 @@
-"""Plot learning curves: ``jaxsrl-plot LOGDIR [LOGDIR ...] --out curves.png``.
+"""Plot learning curves: ``jaxsrl-plot LOGDIR [LOGDIR ...] [--out curves.png]``.
 
-Reads each run's ``metrics.jsonl`` and writes PNGs: episode return against
+Reads each run's ``metrics.jsonl`` and writes PNGs (default: ``curves.png`` in the
+first run's folder; the paths written are printed): episode return against
 environment steps and against wall-clock time, per-team returns for multi-agent runs,
 and (for runs with episode statistics, e.g. hide-and-seek phases) a second figure
-``<out>_episode.png``. Runs sharing a label (default: the agent name) are drawn as
-one group with their mean and +-1 std. The same command is ``python scripts/plot.py ...``
-or ``python -m jaxsrl.cli.plot ...``::
+``<out>_episode.png``. Each run is its own curve, labelled by its folder; ``--band``
+averages the runs of each agent (or of each ``--labels`` label; repeated labels
+average too). The same command is ``python scripts/plot.py ...`` or
+``python -m jaxsrl.cli.plot ...``::
 
-    python scripts/plot.py runs/ppo-s0 runs/ppo-s1 runs/impala-s0 --out curves.png
+    python scripts/plot.py runs/ppo runs/impala                 # two curves, runs/ppo/curves.png
+    python scripts/plot.py runs/ppo-s0 runs/ppo-s1 --band mean --out seeds.png   # one: mean, std
     python scripts/plot.py runs/hs --out hs.png --stats 'episode/*locked*' --keys loss/total
     python scripts/plot.py runs/a runs/b --labels lr1e-3 lr3e-4 --smooth 0.6
 
@@ -29,9 +32,11 @@ def parser() -> argparse.ArgumentParser:
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("logdirs", nargs="+", help="run folders with metrics.jsonl")
-    p.add_argument("--out", default="curves.png", help="PNG of the returns (default curves.png)")
+    p.add_argument("--out", default=None,
+                   help="PNG of the returns (default: curves.png in the first run's folder)")
     p.add_argument("--labels", nargs="+", default=None,
-                   help="one label per run; runs with the same label are averaged")
+                   help="one label per run (default: the folder's name; with --band, the agent "
+                        "name); runs with the same label are averaged")
     p.add_argument("--smooth", type=float, default=0.0, help="EMA weight in [0, 1) (default 0)")
     p.add_argument("--keys", nargs="+", default=[],
                    help="extra metric keys to plot (e.g. loss/total staleness_mean fps)")
@@ -44,8 +49,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reference_time", action="append", default=[], metavar="SECONDS:RETURN:LABEL",
                    help="a published result drawn on the return-vs-wall-clock panel (seconds "
                         "from launch); repeatable")
-    p.add_argument("--band", choices=plotting.BANDS, default="mean",
-                   help="across a group's runs: mean +- std (default) or median and min-max")
+    p.add_argument("--band", choices=plotting.BANDS, default=None,
+                   help="average the runs of each agent (or label): mean +- std, or median and "
+                        "min-max (default: each run its own curve)")
     return p
 
 

@@ -4,11 +4,23 @@
 object in an importable module: on ``PYTHONPATH``, installed, or in the current
 directory (``scripts/train.py`` puts it on ``sys.path``, as ``python -m`` does; child
 processes start in the same directory with ``python -m``, which does the same).
+
+The module may also be a Python file, ``--agent=path/to/vpg.py:AGENT`` (relative to
+the current directory, or absolute): it is loaded on its own under a name derived
+from its absolute path, so it cannot clash with an installed package. That is the way
+out when a folder of yours shares its name with a top-level package already imported
+(``agents``, jaxsrl's own built-in agents): ``--agent=agents.vpg:AGENT`` then fails
+with an error that says so.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import os
+import re
+import sys
 from typing import Any
 
 
@@ -18,24 +30,105 @@ def is_reference(name: str) -> bool:
     return bool(sep and module and attr)
 
 
+def is_file(module: str) -> bool:
+    """Whether the module part of a reference names a Python file (``dir/name.py``)."""
+    return module.endswith(".py")
+
+
 def import_module(module: str, what: str) -> Any:
-    """Import ``module``; ``ValueError`` naming it (and ``what`` needed it) if that fails.
+    """Import ``module`` (a dotted name, or a ``.py`` file: :func:`import_file`);
+    ``ValueError`` naming it (and ``what`` needed it) if that fails.
 
     Raises:
-      ValueError: the module (or something it imports) cannot be imported.
+      ValueError: the module (or something it imports) cannot be imported; or
+        ``module`` names a file of a folder of the current directory (``./agents/vpg.py``)
+        whose name a package imported from elsewhere holds (jaxsrl's ``agents``): the
+        error names the clash, whether the import failed or found that package's
+        module of the same name instead.
     """
+    if is_file(module):
+        return import_file(module, what)
     try:
-        return importlib.import_module(module)
+        imported = importlib.import_module(module)
     except ImportError as exc:
+        shadowed = _shadowed_folder(module, what)
+        if shadowed:
+            raise ValueError(f"{what}: {shadowed}") from None
         raise ValueError(f"{what}: cannot import module {module!r} ({exc}); is it on PYTHONPATH "
                          "or in the current directory?") from None
+    shadowed = _shadowed_folder(module, what)
+    if shadowed:  # e.g. ./agents/ppo.py: jaxsrl's agents.ppo was imported, not yours
+        raise ValueError(f"{what}: {shadowed}")
+    return imported
+
+
+def _shadowed_folder(module: str, what: str) -> str | None:
+    """Why ``module`` (``top.rest``) is not found although ``./top/rest.py`` exists: the
+    package ``top`` was imported from elsewhere; ``None`` if that is not the case.
+    ``what`` (``--agent=top.rest:NAME``) gives the flag and name of the suggestion."""
+    top, _, rest = module.partition(".")
+    package = sys.modules.get(top)
+    folder = os.path.join(os.getcwd(), top)
+    if not rest or package is None or not os.path.isdir(folder):
+        return None
+    path = os.path.join(folder, *rest.split("."))
+    if not (os.path.isfile(path + ".py") or os.path.isdir(path)):
+        return None
+    locations = [os.path.realpath(p) for p in getattr(package, "__path__", [])]
+    if os.path.realpath(folder) in locations:
+        return None  # the folder is (part of) the imported package: another failure
+    owner = (f"jaxsrl's own {top} package" if _is_jaxsrl(locations)
+             else f"a package imported from {', '.join(locations) or 'elsewhere'}")
+    if os.path.isfile(path + ".py"):
+        flag, eq, reference = what.partition("=")
+        name = reference.rpartition(":")[2] if eq and ":" in reference else "NAME"
+        way_out = f"use {flag if eq else '--agent'}={top}/{'/'.join(rest.split('.'))}.py:{name}"
+    else:
+        way_out = "use --agent=path/to/file.py:AGENT"
+    return f"{top!r} is {owner}; your folder ./{top} is shadowed: rename it or {way_out}"
+
+
+def _is_jaxsrl(locations: list) -> bool:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    return any(os.path.dirname(p) == root for p in locations)
+
+
+def import_file(path: str, what: str) -> Any:
+    """Load the Python file ``path`` as a module of its own (once per absolute path).
+
+    Its name, ``jaxsrl_file_<stem>_<hash of the absolute path>``, is registered in
+    ``sys.modules`` (dataclasses and pickling look modules up there) and clashes with
+    no package. The file's own folder is not put on ``sys.path``.
+
+    Raises:
+      ValueError: no such file, or loading it fails with an ``ImportError``.
+    """
+    full = os.path.realpath(path)
+    if not os.path.isfile(full):
+        raise ValueError(f"{what}: no such file {path!r} (relative to {os.getcwd()})")
+    stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(full))[0])
+    name = f"jaxsrl_file_{stem}_{hashlib.sha1(full.encode()).hexdigest()[:10]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, full)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        del sys.modules[name]
+        raise ValueError(f"{what}: cannot load {path!r} ({exc})") from None
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def import_object(reference: str, what: str) -> Any:
     """The object ``module:attribute`` names (``attribute`` may be dotted: ``A.b``).
 
     Args:
-      reference: ``"package.module:NAME"``.
+      reference: ``"package.module:NAME"`` or ``"path/to/file.py:NAME"``.
       what: for error messages, e.g. ``"--agent"``.
 
     Raises:

@@ -101,15 +101,21 @@ def make_actor_env(env_id: str, num_envs: int, seed: int, env_kwargs: dict | Non
 
 def make_env(env_id: str, env_kwargs: dict | None = None, render_mode: str | None = None) -> Any:
     """One environment for evaluation: a Gymnasium env (Atari: full games, raw rewards)
-    or, for a multi-agent ``env_id``, a PettingZoo ``ParallelEnv``."""
+    or, for a multi-agent ``env_id``, a PettingZoo ``ParallelEnv``.
+
+    ``render_mode`` reaches the constructor only when given (not ``None``): an env
+    whose constructor has no ``render_mode`` keyword is built as in training."""
     check_env_name(env_id)
+    kwargs = dict(env_kwargs or {})
+    if render_mode:
+        kwargs["render_mode"] = render_mode
     factory = multi_agent_factory(env_id)
     if factory is not None:
-        return factory(**(env_kwargs or {}), **({"render_mode": render_mode} if render_mode else {}))
+        return factory(**kwargs)
     if atari.is_atari(env_id):
         return atari.make_env(env_id, env_kwargs, training=False, render_mode=render_mode)
     quiet_repeats(gym_id(env_id))
-    return gymnasium.make(gym_id(env_id), render_mode=render_mode, **(env_kwargs or {}))
+    return gymnasium.make(gym_id(env_id), **kwargs)
 
 
 def is_multi_agent(env_id: str) -> bool:

@@ -234,12 +234,16 @@ class ProgressBar:
     """A rich progress bar over env steps; ``update(record)`` once per interval.
 
     The ETA is the remaining steps over an exponential moving average of the
-    intervals' FPS (the first intervals, which include start-up, count less).
+    intervals' FPS, measured only over intervals that began after the policy's first
+    update of this process (``policy_version`` above the first record's): before that
+    the learner is compiling and the rate says nothing, so the bar shows ``ETA -:--``.
     """
 
     def __init__(self, total: int | None, title: str, console: Any = None):
         self.total = total
         self._fps: float | None = None
+        self._first_version: int | None = None  # policy_version of the first record
+        self._last_version: int | None = None  # of the previous record
         self._console = console or Console(stderr=True)
         original = (sys.stdout, sys.stderr)
         self._progress = Progress(
@@ -263,8 +267,15 @@ class ProgressBar:
     def update(self, record: dict) -> None:
         steps = int(record.get("env_steps", 0))
         fps = record.get("fps")
-        if isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0:
-            self._fps = fps if self._fps is None else 0.5 * self._fps + 0.5 * fps
+        version = record.get("policy_version")
+        if isinstance(version, (int, float)):
+            if self._first_version is None:
+                self._first_version = version
+            # The interval began after an update: compilation is over, the rate is real.
+            measured = self._last_version is not None and self._last_version > self._first_version
+            if measured and isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0:
+                self._fps = fps if self._fps is None else 0.5 * self._fps + 0.5 * fps
+            self._last_version = version
         eta = None
         if self.total and self._fps:
             eta = max(self.total - steps, 0) / self._fps

@@ -4,11 +4,13 @@ The run is loaded by :func:`jaxsrl.tools.run_loader.load_run` (re-exported here)
 Episodes run one at a time in this process, without actors or sockets::
 
     run = load_run(logdir="runs/cp")                       # newest checkpoint(s)
-    result = evaluate(run, episodes=10, deterministic=True, video="cp.mp4")
+    result = evaluate(run, episodes=10, deterministic=True, video="cp.mp4")  # every episode
     print(result.summary()["return_mean"])
 
-Gymnasium envs are built with ``gymnasium.make(env, render_mode="rgb_array")``;
-jaxsrl's multi-agent envs (hide-and-seek) with their module's ``make_env``. All agents
+Gymnasium envs are built with ``gymnasium.make(env)`` as in training, and with
+``render_mode="rgb_array"`` only when a video is asked for (an env that cannot draw
+frames then fails with a ``ValueError`` naming it); jaxsrl's multi-agent envs
+(hide-and-seek) with their module's ``make_env``. All agents
 of a multi-agent env that share a policy are stacked into one batch for ``act``; with a
 policy per team (a ``teams`` dataflow), each team's agents use their own policy.
 Used by :mod:`jaxsrl.cli.evaluate` (``scripts/evaluate.py``).
@@ -17,20 +19,19 @@ Used by :mod:`jaxsrl.cli.evaluate` (``scripts/evaluate.py``).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import functools
 import inspect
 import logging
 import math
 import os
-import warnings
 from typing import Any, Callable
 
 import gymnasium
-import imageio.v2 as imageio
 import jax
 import numpy as np
 
 from jaxsrl.envs import is_multi_agent, make_env
+from jaxsrl.tools.video import VideoWriter, mp4_available, write_video  # noqa: F401 (re-exported)
 
 log = logging.getLogger("jaxsrl.tools.evaluation")
 
@@ -54,11 +55,13 @@ class EvalResult:
         ``info["episode_stats"]``, if any).
       deterministic: greedy (mode) actions, else sampled.
       video: the file written, if any.
+      video_frames: frames written to it (a GIF may merge identical neighbours).
     """
 
     episodes: list
     deterministic: bool
     video: str | None = None
+    video_frames: int = 0
 
     def summary(self) -> dict:
         """``episodes``, ``return_mean/std/min/max``, ``length_mean``,
@@ -82,6 +85,7 @@ class EvalResult:
             out[f"episode/{key}"] = float(np.mean(vals))
         if self.video:
             out["video"] = self.video
+            out["video_frames"] = self.video_frames
         return out
 
 
@@ -99,13 +103,54 @@ def _stack(observations: list) -> Any:
 
 
 def make_eval_env(config: dict, render: bool) -> Any:
-    """One environment of the run, with ``render_mode="rgb_array"`` when ``render``."""
+    """One environment of the run; ``render_mode="rgb_array"`` only when ``render``
+    (without it the env is built exactly as in training).
+
+    Raises:
+      ValueError: ``render`` but the env cannot draw ``rgb_array`` frames (its
+        constructor takes no ``render_mode``, or its ``metadata["render_modes"]`` lacks
+        ``"rgb_array"``), naming the env.
+    """
     env_id, env_kwargs = config["env"], dict(config.get("env_kwargs") or {})
-    if render:  # pygame-based renderers (classic control) must not look for a display
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-    return make_env(  # Atari: the training preprocessing, full games
-        env_id, env_kwargs, render_mode="rgb_array" if render else None)
+    if not render:
+        return make_env(env_id, env_kwargs)  # Atari: the training preprocessing, full games
+    # pygame-based renderers (classic control) must not look for a display
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    try:
+        env = make_env(env_id, env_kwargs, render_mode="rgb_array")
+    except TypeError as exc:
+        if "render_mode" not in str(exc):
+            raise
+        raise ValueError(f"env {env_id!r} cannot record a video: its constructor takes no "
+                         "render_mode keyword; evaluate without --video") from None
+    modes = (getattr(env, "metadata", None) or {}).get("render_modes")
+    if modes is not None and "rgb_array" not in modes:
+        env.close()
+        raise ValueError(f"env {env_id!r} cannot record a video: its metadata['render_modes'] "
+                         f"is {list(modes)}, without 'rgb_array'; evaluate without --video")
+    return env
+
+
+def _frame(env: Any, env_id: str) -> np.ndarray:
+    """``env.render()`` as an ``[H, W, 3]`` uint8 frame.
+
+    Raises:
+      ValueError: the env cannot draw it (gymnasium's checks raise a bare
+        ``AssertionError``), naming the env.
+    """
+    try:
+        frame = env.render()
+    except (AssertionError, NotImplementedError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"env {env_id!r} cannot render rgb_array frames ({detail}); "
+                         "evaluate without --video") from None
+    array = None if frame is None else np.asarray(frame)
+    if array is None or array.ndim != 3 or array.shape[-1] != 3:
+        got = "None" if array is None else f"an array of shape {array.shape}"
+        raise ValueError(f"env {env_id!r} cannot render rgb_array frames: render() returned "
+                         f"{got}, not [H, W, 3]; evaluate without --video")
+    return array
 
 
 class _Policy:
@@ -136,9 +181,9 @@ def _to_env_action(action: np.ndarray, space: gymnasium.spaces.Space, clip: bool
 
 
 def evaluate(run: LoadedRun, episodes: int = 10, deterministic: bool = True, seed: int = 0,
-             video: str | None = None, video_episode: int = 0, video_every: int = 1,
+             video: str | None = None, video_episode: int | None = None, video_every: int = 1,
              video_fps: float | None = None, max_steps: int | None = None) -> EvalResult:
-    """Run ``episodes`` episodes with the run's policies; optionally record one.
+    """Run ``episodes`` episodes with the run's policies; optionally record them.
 
     Args:
       run: from :func:`load_run`.
@@ -147,44 +192,57 @@ def evaluate(run: LoadedRun, episodes: int = 10, deterministic: bool = True, see
         else sample as during training.
       seed: env seeds and the sampling key.
       video: ``.mp4`` (needs ``imageio-ffmpeg``; falls back to ``.gif`` if missing) or
-        ``.gif`` path for a video of episode ``video_episode``.
+        ``.gif`` path for a video of every episode, one after the other (streamed to
+        MP4: frames are not kept in memory).
+      video_episode: record only this episode (default ``None``: all of them).
       video_every: keep every n-th frame (smaller GIFs).
       video_fps: frames per second (default: the env's ``render_fps`` / ``video_every``).
       max_steps: cut episodes after this many steps (default: the env's own limit).
 
     Raises:
-      ValueError: ``deterministic`` but the agent's ``act`` has no such keyword.
+      ValueError: ``deterministic`` but the agent's ``act`` has no such keyword; a
+        ``video`` of an env that cannot render ``rgb_array`` frames (naming it); a bad
+        ``video`` name or ``video_episode``.
     """
     if episodes < 1:
         raise ValueError(f"episodes={episodes} must be >= 1")
+    if video_episode is not None and not 0 <= video_episode < episodes:
+        raise ValueError(f"video_episode={video_episode} must be in [0, episodes={episodes})")
     if deterministic and not _supports_deterministic(run.fns.act):
         raise ValueError(f"agent {run.agent.name!r}: act() has no 'deterministic' keyword; "
                          "evaluate with sampled actions instead")
+    env_id = run.config["env"]
     env = make_eval_env(run.config, render=video is not None)
     policies = {name: _Policy(run, name, deterministic) for name in run.policies}
     rng = jax.random.PRNGKey(seed)
-    results, frames = [], []
-    multi = is_multi_agent(run.config["env"])
+    results = []
+    multi = is_multi_agent(env_id)
+    writer = None
     try:
+        if video is not None:
+            writer = VideoWriter(video, video_fps or _render_fps(env) / max(video_every, 1))
         for i in range(episodes):
-            record = video is not None and i == video_episode
+            on_frame = None
+            if writer is not None and (video_episode is None or i == video_episode):
+                on_frame = functools.partial(_record_frame, writer, env, env_id)
             if multi:
-                ep, ep_frames, rng = _multi_agent_episode(env, run, policies, seed + i, rng,
-                                                          record, video_every, max_steps)
+                ep, rng = _multi_agent_episode(env, run, policies, seed + i, rng,
+                                               on_frame, video_every, max_steps)
             else:
-                ep, ep_frames, rng = _single_agent_episode(
-                    env, policies[run.policy_for(None)], seed + i, rng, record, video_every,
+                ep, rng = _single_agent_episode(
+                    env, policies[run.policy_for(None)], seed + i, rng, on_frame, video_every,
                     max_steps, clip=bool(run.config.get("clip_actions", True)))
             results.append(ep)
-            if record:
-                frames = ep_frames
+        written = writer.close() if writer is not None else None
     finally:
         env.close()
-    written = None
-    if video is not None and frames:
-        fps = video_fps or _render_fps(env) / max(video_every, 1)
-        written = write_video(video, frames, fps)
-    return EvalResult(results, deterministic, written)
+        if writer is not None:
+            writer.__exit__(None, None, None)  # a failed run leaves no open ffmpeg
+    return EvalResult(results, deterministic, written, writer.frames if writer else 0)
+
+
+def _record_frame(writer: VideoWriter, env: Any, env_id: str) -> None:
+    writer.append(_frame(env, env_id))
 
 
 def _render_fps(env: Any) -> float:
@@ -193,11 +251,14 @@ def _render_fps(env: Any) -> float:
     return float(fps) if isinstance(fps, (int, float)) and fps > 0 else 30.0
 
 
-def _single_agent_episode(env, policy: _Policy, seed: int, rng, record: bool, every: int,
-                          max_steps: int | None, clip: bool = True):
+def _single_agent_episode(env, policy: _Policy, seed: int, rng, on_frame: Callable | None,
+                          every: int, max_steps: int | None, clip: bool = True):
+    """One episode: ``({"return", "length", "team_returns", "stats"}, rng)``;
+    ``on_frame()`` (if given) after the reset and every ``every``-th step and the last."""
     obs, _ = env.reset(seed=seed)
     policy.reset(1)
-    frames = [env.render()] if record else []
+    if on_frame:
+        on_frame()
     total, length = 0.0, 0
     while True:
         rng, key = jax.random.split(rng)
@@ -207,15 +268,16 @@ def _single_agent_episode(env, policy: _Policy, seed: int, rng, record: bool, ev
         total += float(reward)
         length += 1
         done = terminated or truncated or (max_steps is not None and length >= max_steps)
-        if record and (length % every == 0 or done):
-            frames.append(env.render())
+        if on_frame and (length % every == 0 or done):
+            on_frame()
         if done:
             break
-    return {"return": total, "length": length, "team_returns": {}, "stats": {}}, frames, rng
+    return {"return": total, "length": length, "team_returns": {}, "stats": {}}, rng
 
 
-def _multi_agent_episode(env, run: LoadedRun, policies: dict, seed: int, rng, record: bool,
-                         every: int, max_steps: int | None):
+def _multi_agent_episode(env, run: LoadedRun, policies: dict, seed: int, rng,
+                         on_frame: Callable | None, every: int, max_steps: int | None):
+    """As :func:`_single_agent_episode`, every agent acting through its team's policy."""
     obs, _ = env.reset(seed=seed)
     agents = list(env.agents)
     team_of = getattr(env, "team_of", lambda _: None)
@@ -225,7 +287,8 @@ def _multi_agent_episode(env, run: LoadedRun, policies: dict, seed: int, rng, re
         groups.setdefault(run.policy_for(teams[a]), []).append(a)
     for name, members in groups.items():
         policies[name].reset(len(members))
-    frames = [env.render()] if record else []
+    if on_frame:
+        on_frame()
     returns = dict.fromkeys(agents, 0.0)
     stats: dict = {}
     length = 0
@@ -246,8 +309,8 @@ def _multi_agent_episode(env, run: LoadedRun, policies: dict, seed: int, rng, re
                          if isinstance(v, (int, float, np.number))}
         done = (not env.agents or all(terms.get(a) or truncs.get(a) for a in agents)
                 or (max_steps is not None and length >= max_steps))
-        if record and (length % every == 0 or done):
-            frames.append(env.render())
+        if on_frame and (length % every == 0 or done):
+            on_frame()
         if done:
             break
     team_returns = {}
@@ -255,43 +318,7 @@ def _multi_agent_episode(env, run: LoadedRun, policies: dict, seed: int, rng, re
         team_returns[team] = float(np.mean([returns[a] for a in agents if teams[a] == team]))
     ep = {"return": float(np.mean(list(returns.values()))), "length": length,
           "team_returns": team_returns, "stats": stats}
-    return ep, frames, rng
-
-
-# ----------------------------------------------------------------------------------
-# Video.
-
-
-def mp4_available() -> bool:
-    """Whether imageio can write MP4 here (it needs the ``imageio-ffmpeg`` package)."""
-    return importlib.util.find_spec("imageio_ffmpeg") is not None
-
-
-def write_video(path: str, frames: list, fps: float) -> str:
-    """Write ``[H, W, 3]`` uint8 frames to ``path`` (``.mp4`` or ``.gif``).
-
-    An ``.mp4`` without ``imageio-ffmpeg`` installed is written as a ``.gif`` beside
-    it instead (with a warning). Returns the path actually written.
-    """
-    frames = [np.asarray(f, np.uint8) for f in frames if f is not None]
-    if not frames:
-        raise ValueError("no frames to write (does the env render rgb_array frames?)")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    root, ext = os.path.splitext(path)
-    ext = ext.lower()
-    if ext == ".mp4" and not mp4_available():
-        log.warning("MP4 needs the imageio-ffmpeg package (pip install imageio-ffmpeg); "
-                    "writing a GIF instead")
-        path, ext = root + ".gif", ".gif"
-    if ext == ".gif":
-        imageio.mimsave(path, frames, duration=1000.0 / fps, loop=0)
-        return path
-    # Even sizes for yuv420p; macro_block_size=2 avoids resizing to multiples of 16.
-    frames = [f[: f.shape[0] // 2 * 2, : f.shape[1] // 2 * 2] for f in frames]
-    with warnings.catch_warnings():  # ffmpeg runs as fork+exec: JAX's fork warning is moot
-        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called")
-        imageio.mimsave(path, frames, fps=fps, macro_block_size=2)
-    return path
+    return ep, rng
 
 
 def format_summary(run: LoadedRun, summary: dict) -> str:
@@ -304,18 +331,22 @@ def format_summary(run: LoadedRun, summary: dict) -> str:
     mode = "deterministic" if summary["deterministic"] else "sampled"
     lines.append(f"{run.config.get('agent')} on {run.config.get('env')}: {summary['episodes']} "
                  f"episodes, {mode} actions")
-    lines.append(f"return  mean {summary['return_mean']:.2f}  std {summary['return_std']:.2f}  "
-                 f"min {summary['return_min']:.2f}  max {summary['return_max']:.2f}  "
-                 f"(length mean {summary['length_mean']:.1f})")
-    for key in sorted(summary):
-        if key.startswith("return_mean/"):
-            team = key.split("/", 1)[1]
-            lines.append(f"  {team:<8} mean {summary[key]:.2f}  std {summary[f'return_std/{team}']:.2f}")
+    teams = [k.split("/", 1)[1] for k in sorted(summary) if k.startswith("return_mean/")]
+    if teams:  # a team game: the mean over every agent (about 0 when zero-sum) says nothing
+        lines.append(f"return per team (mean over its agents; episode length mean "
+                     f"{summary['length_mean']:.1f}):")
+        lines.extend(f"  {team:<8} mean {summary[f'return_mean/{team}']:.2f}  "
+                     f"std {summary[f'return_std/{team}']:.2f}" for team in teams)
+    else:
+        lines.append(f"return  mean {summary['return_mean']:.2f}  std {summary['return_std']:.2f}  "
+                     f"min {summary['return_min']:.2f}  max {summary['return_max']:.2f}  "
+                     f"(length mean {summary['length_mean']:.1f})")
     stats = [f"{k.split('/', 1)[1]}={summary[k]:.3g}" for k in sorted(summary)
              if k.startswith("episode/") and math.isfinite(summary[k])]
     if stats:
         lines.append("episode statistics (means over episodes):")
         lines.extend("  " + "  ".join(stats[i:i + 4]) for i in range(0, len(stats), 4))
     if summary.get("video"):
-        lines.append(f"video: {summary['video']}")
+        frames = summary.get("video_frames")
+        lines.append(f"video: {summary['video']}" + (f" ({frames} frames)" if frames else ""))
     return "\n".join(lines)

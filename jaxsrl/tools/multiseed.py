@@ -11,7 +11,7 @@ medians. ``scripts/seeds.py`` is the command line::
 
     python scripts/seeds.py --root runs/cheetah --seeds 0 1 2 3 4 --threshold 3000 \
         -- --env=HalfCheetah-v5
-    python scripts/plot.py runs/cheetah/seed_* --out cheetah.png   # median and spread
+    python scripts/plot.py runs/cheetah/seed_* --band median --out cheetah.png   # median, min-max
 
 The time from launch is the run's own ``wall_time_s`` (seconds since its process
 started; see ``jaxsrl.experiment.metrics.Clock``).

@@ -7,12 +7,16 @@ for. When the runs report episode statistics
 (``episode/<name>``, e.g. hide-and-seek's phase statistics), a second figure
 ``<out stem>_episode.png`` shows them, one panel each::
 
-    paths = plot_runs(["runs/a", "runs/b", "runs/c"], "curves.png")
+    paths = plot_runs(["runs/a", "runs/b", "runs/c"])   # runs/a/curves.png, one curve per run
+    paths = plot_runs(["runs/s0", "runs/s1"], band="mean")  # one curve: their mean and std
 
-Runs with the same label (default: the agent name from ``config.json``) form a group
-drawn in one colour: each run as a thin line and, with two or more runs, their mean
-(bold) and +-1 std (shaded), or with ``band="median"`` their median (bold) and min-max
-range (shaded), on the x range all of them cover. Population runs (``--population``,
+Each run is its own curve, labelled by its folder, unless averaging is asked for:
+with ``band`` (``"mean"`` or ``"median"``) runs of the same label (default: the agent
+name from ``config.json``), or with ``labels`` that repeat, form a group drawn in one
+colour: each run as a thin line and, with two or more runs, their mean (bold) and
++-1 std (shaded), or with ``band="median"`` their median (bold) and min-max range
+(shaded), on the x range all of them cover. The figures go into the first run's
+folder unless ``out`` says otherwise. Population runs (``--population``,
 ``population/<quantity>/<member>`` keys) get a third figure ``<out stem>_population.png``:
 each member's return and hyperparameter trajectories, exploit events marked. Used by
 :mod:`jaxsrl.cli.plot` (``scripts/plot.py``).
@@ -90,11 +94,32 @@ def default_label(logdir: str) -> str:
     return os.path.basename(os.path.normpath(logdir))
 
 
-def load_runs(logdirs: Sequence[str], labels: Sequence[str] | None = None) -> list:
+def run_labels(logdirs: Sequence[str]) -> list:
+    """One distinct label per run folder: its name, or where names repeat its path as
+    given (then ``#i`` for the same folder given twice)."""
+    names = [os.path.basename(os.path.normpath(d)) for d in logdirs]
+    if len(set(names)) < len(names):
+        names = [os.path.normpath(d) for d in logdirs]
+    if len(set(names)) < len(names):
+        names = [f"{n} #{i}" for i, n in enumerate(names)]
+    return names
+
+
+def load_runs(logdirs: Sequence[str], labels: Sequence[str] | None = None,
+              average: bool = False) -> list:
+    """The runs of ``logdirs``, labelled by ``labels`` if given, else by
+    :func:`default_label` (the agent name) when ``average``, else by :func:`run_labels`
+    (one curve per run).
+
+    Raises:
+      FileNotFoundError: a folder without ``metrics.jsonl``.
+      ValueError: not one label per folder.
+    """
     if labels is not None and len(labels) != len(logdirs):
         raise ValueError(f"{len(labels)} labels for {len(logdirs)} run folders")
-    return [Run(d, labels[i] if labels else default_label(d), load_metrics(d))
-            for i, d in enumerate(logdirs)]
+    if labels is None:
+        labels = [default_label(d) for d in logdirs] if average else run_labels(logdirs)
+    return [Run(d, labels[i], load_metrics(d)) for i, d in enumerate(logdirs)]
 
 
 def smooth(y: np.ndarray, weight: float) -> np.ndarray:
@@ -144,6 +169,7 @@ def aggregate_median(curves: list, points: int = 200):
 
 
 BANDS = ("mean", "median")
+DEFAULT_OUT = "curves.png"  # inside the first run's folder
 
 
 def _groups(runs: list) -> dict:
@@ -265,17 +291,20 @@ def return_panels(runs: list) -> list:
     return [(k, "env_steps") for k in team_keys] + [(k, "wall_time_s") for k in team_keys]
 
 
-def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = None,
+def plot_runs(logdirs: Sequence[str], out: str | None = None,
+              labels: Sequence[str] | None = None,
               smoothing: float = 0.0, keys: Sequence[str] = (),
               stats: Sequence[str] | None = None, episode_stats: bool = True,
               references: Sequence[tuple] = (), time_references: Sequence[tuple] = (),
-              band: str = "mean") -> list:
+              band: str | None = None) -> list:
     """Write the learning-curve PNG(s) of ``logdirs``; returns the files written.
 
     Args:
       logdirs: run folders (each with ``metrics.jsonl``).
-      out: PNG path of the returns figure.
-      labels: one label per run (same label = same group); default: agent names.
+      out: PNG path of the returns figure (default ``<first run>/curves.png``); the
+        other figures go beside it.
+      labels: one label per run (same label = same group, averaged); default: the run
+        folders' names (one curve each), or with ``band`` the agent names.
       smoothing: EMA weight in [0, 1) applied to every curve.
       keys: extra metric keys to plot against environment steps (e.g. ``loss/total``).
       stats: shell patterns selecting the ``episode/...`` panels (default: all).
@@ -284,17 +313,22 @@ def plot_runs(logdirs: Sequence[str], out: str, labels: Sequence[str] | None = N
         the return-vs-steps panel (see :func:`parse_reference`).
       time_references: ``(seconds from launch, return, label)`` markers on the
         return-vs-wall-clock panel.
-      band: ``mean`` (mean +- std) or ``median`` (median, min-max) of a group's runs.
+      band: average the runs of a label: ``mean`` (mean +- std) or ``median`` (median,
+        min-max); ``None`` (default): no averaging unless ``labels`` repeat (then mean).
 
     Raises:
       FileNotFoundError: a run folder without ``metrics.jsonl``.
-      ValueError: bad labels or smoothing.
+      ValueError: no run folders, bad labels, smoothing or band.
     """
+    if not logdirs:
+        raise ValueError("no run folders to plot")
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"smoothing={smoothing} must be in [0, 1)")
-    if band not in BANDS:
+    if band is not None and band not in BANDS:
         raise ValueError(f"band={band!r}; valid: {', '.join(BANDS)}")
-    runs = load_runs(logdirs, labels)
+    runs = load_runs(logdirs, labels, average=band is not None)
+    out = out or os.path.join(logdirs[0], DEFAULT_OUT)
+    band = band or "mean"
     panels = return_panels(runs) + [(k, "env_steps") for k in keys]
     names = ", ".join(sorted({r.label for r in runs}))
     written = [_figure(panels, runs, smoothing, out,

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import textwrap
 
 import dataclasses
 from typing import NamedTuple
@@ -78,10 +79,24 @@ def test_cli_logdir_gif_and_json(run_dir, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "return  mean" in text and "std" in text and "video:" in text
     frames = imageio.mimread(video)
-    assert 3 <= len(frames) <= 11 and frames[0].ndim == 3
     with open(out) as f:
         data = json.load(f)
     assert data["summary"]["episodes"] == 2 and len(data["episodes"]) == 2
+    # Every evaluated episode is in the video: its reset frame, every 4th step, its last.
+    lengths = [e["length"] for e in data["episodes"]]
+    written = sum(1 + n // 4 + (n % 4 > 0) for n in lengths)
+    assert data["summary"]["video_frames"] == written and f"({written} frames)" in text
+    # (Pillow merges identical neighbouring GIF frames; one episode alone has <= 11.)
+    assert 11 < len(frames) <= written and frames[0].ndim == 3
+
+
+def test_video_episode_records_only_that_episode(run_dir, tmp_path):
+    pytest.importorskip("pygame")
+    run = evaluation.load_run(logdir=run_dir)
+    video = str(tmp_path / "one.gif")
+    result = evaluation.evaluate(run, episodes=3, video=video, video_episode=1, max_steps=5,
+                                 video_every=5)
+    assert result.video == video and result.video_frames == 2  # reset + step 5 of episode 1
 
 
 def test_cli_checkpoint_path_with_step(run_dir, capsys):
@@ -101,13 +116,93 @@ def test_cli_errors_exit_2(tmp_path, capsys):
 
 
 def test_mp4_or_gif_fallback(run_dir, tmp_path, monkeypatch):
+    from jaxsrl.tools import video  # noqa: PLC0415
     frames = [np.full((33, 50, 3), i * 20, np.uint8) for i in range(6)]  # odd height
-    if evaluation.mp4_available():
+    if video.mp4_available():
         path = evaluation.write_video(str(tmp_path / "a.mp4"), frames, fps=10)
         assert path.endswith(".mp4") and os.path.getsize(path) > 0
-    monkeypatch.setattr(evaluation, "mp4_available", lambda: False)
+        assert len(imageio.mimread(path)) == 6
+    monkeypatch.setattr(video, "mp4_available", lambda: False)
     path = evaluation.write_video(str(tmp_path / "b.mp4"), frames, fps=10)
     assert path.endswith("b.gif") and len(imageio.mimread(path)) == 6
+    with pytest.raises(ValueError, match="no frames"):
+        evaluation.write_video(str(tmp_path / "c.gif"), [], fps=10)
+    with pytest.raises(ValueError, match="must end in .mp4 or .gif"):
+        evaluation.write_video(str(tmp_path / "c.avi"), frames, fps=10)
+
+
+# A user's Gymnasium env whose constructor has no render_mode keyword (trains fine: the
+# actors never pass one), and one that takes render_mode but declares no render modes.
+USER_ENVS = textwrap.dedent('''
+    import gymnasium
+    import numpy as np
+
+    class Corridor(gymnasium.Env):
+        observation_space = gymnasium.spaces.Box(0.0, 1.0, (1,), np.float32)
+        action_space = gymnasium.spaces.Discrete(2)
+
+        def __init__(self, length=3):
+            self.length = length
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            self.pos = 0
+            return np.array([0.0], np.float32), {}
+
+        def step(self, action):
+            self.pos = max(0, self.pos + (1 if action == 1 else -1))
+            done = self.pos >= self.length
+            return np.array([self.pos / self.length], np.float32), float(done), done, False, {}
+
+    class Unrendered(Corridor):
+        def __init__(self, length=3, render_mode=None):
+            super().__init__(length)
+            self.render_mode = render_mode
+
+    gymnasium.register("EvalCorridor-v0", entry_point=Corridor, max_episode_steps=8)
+    gymnasium.register("EvalUnrendered-v0", entry_point=Unrendered, max_episode_steps=8)
+''')
+
+
+def _user_env_run(tmp_path, monkeypatch, env):
+    """A run folder of PPO on a user env, with an initial checkpoint written directly."""
+    (tmp_path / "eval_user_envs.py").write_text(USER_ENVS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    logdir = tmp_path / env.split(":")[1]
+    cfg = load_config([f"--env={env}", f"--logdir={logdir}", "--ppo.hidden_sizes", "8"])
+    os.makedirs(logdir)
+    (logdir / "config.json").write_text(json.dumps(to_dict(cfg)))
+    from agents import AGENTS  # noqa: PLC0415
+    from jaxsrl.core.agent import EnvSpec  # noqa: PLC0415
+    from jaxsrl.envs import env_spaces  # noqa: PLC0415
+    fns = AGENTS["ppo"].make(cfg.ppo, EnvSpec(*env_spaces(cfg.env, cfg.env_kwargs)), 1)
+    ckpt = Checkpointer(str(logdir / "checkpoints" / "default"))
+    ckpt.save(1, {"agent": fns.init(jax.random.PRNGKey(0)), "rng": jax.random.PRNGKey(0)},
+              {"policy_version": 1})
+    ckpt.close()
+    return str(logdir)
+
+
+def test_a_user_env_without_render_mode_evaluates_and_its_video_is_a_named_error(
+        tmp_path, monkeypatch, capsys):
+    logdir = _user_env_run(tmp_path, monkeypatch, "eval_user_envs:EvalCorridor-v0")
+    run = evaluation.load_run(logdir=logdir)
+    result = evaluation.evaluate(run, episodes=2)  # no render_mode reaches the constructor
+    assert all(3 <= e["length"] <= 8 for e in result.episodes)  # the corridor, its time limit
+    code = _script("evaluate").main(["--logdir", logdir, "--episodes", "1",
+                                     "--video", str(tmp_path / "c.gif")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "'eval_user_envs:EvalCorridor-v0' cannot record a video" in err
+    assert "render_mode" in err and not os.path.exists(tmp_path / "c.gif")
+
+
+def test_an_env_that_cannot_render_is_a_named_error_not_an_assertion(tmp_path, monkeypatch):
+    logdir = _user_env_run(tmp_path, monkeypatch, "eval_user_envs:EvalUnrendered-v0")
+    run = evaluation.load_run(logdir=logdir)
+    with pytest.raises(ValueError, match=r"'eval_user_envs:EvalUnrendered-v0' cannot record "
+                                         r"a video: its metadata\['render_modes'\] is \[\]"):
+        evaluation.evaluate(run, episodes=1, video=str(tmp_path / "u.gif"))
 
 
 HS_TEAMS = """
@@ -157,9 +252,16 @@ def test_hide_and_seek_policy_per_team_with_video(tmp_path):
     assert {"return_mean/hider", "return_std/hider", "return_mean/seeker"} <= set(s)
     assert all(e["length"] == 6 for e in result.episodes)
     assert "episode/hider_seen_fraction" in s
-    assert len(imageio.mimread(video)) == 7  # reset frame + one per step
+    assert result.video_frames == 14  # both episodes: reset frame + one per step
+    assert len(imageio.mimread(video)) == 14
     text = evaluation.format_summary(run, s)
-    assert "hider" in text and "seeker" in text
+    # A zero-sum team game: per-team returns, no overall "return mean" line.
+    lines = text.splitlines()
+    assert "return  mean" not in text
+    i = next(i for i, line in enumerate(lines) if line.startswith("return per team"))
+    assert "episodes, sampled actions" in lines[i - 1] and "episode length mean 6.0" in lines[i]
+    assert lines[i + 1].split()[:2] == ["hider", "mean"]
+    assert lines[i + 2].split()[:2] == ["seeker", "mean"]
     # One policy for everyone, by name.
     run = evaluation.load_run(logdir=str(logdir), policy="seeker")
     assert list(run.policies) == ["seeker"] and run.policy_for("hider") == "seeker"

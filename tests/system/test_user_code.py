@@ -3,6 +3,7 @@
 flags and ``--config`` files layered over ``configs/<env>.toml``."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,8 @@ import pytest
 from jaxsrl.experiment.config import load_config
 from jaxsrl.envs import env_spaces, env_teams, make_actor_env
 from jaxsrl.core.paths import child_env
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A Gymnasium env registered by the user's own module (not by jaxsrl).
 CORRIDOR = textwrap.dedent('''
@@ -111,6 +114,38 @@ def test_an_agent_of_your_own_module_is_used_by_reference():
 def test_bad_agent_references_name_the_problem(agent, match):
     with pytest.raises(ValueError, match=match):
         load_config([f"--agent={agent}"])
+
+
+def test_a_users_agents_folder_is_named_as_shadowed_and_its_file_form_works(tmp_path, monkeypatch):
+    """./agents/vpg.py (no __init__.py) under jaxsrl's own top-level ``agents`` package:
+    ``agents.vpg`` cannot be imported, and the error says why and the way out; the file
+    form loads it, here and in a child process started in the same directory."""
+    (tmp_path / "agents").mkdir()
+    with open(os.path.join(ROOT, "examples", "a2c.py")) as f:
+        (tmp_path / "agents" / "vpg.py").write_text(f.read())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as err:
+        load_config(["--agent=agents.vpg:AGENT"])
+    assert str(err.value) == (
+        "--agent=agents.vpg:AGENT: 'agents' is jaxsrl's own agents package; your folder "
+        "./agents is shadowed: rename it or use --agent=agents/vpg.py:AGENT")
+    cfg = load_config(["--agent=agents/vpg.py:AGENT", "--a2c.learning_rate=0.005"])
+    assert cfg.agent == "agents/vpg.py:AGENT" and cfg.agent_config().learning_rate == 0.005
+    assert type(cfg.agent_config()).__name__ == "A2CConfig"
+    code = "from agents import get_agent; print(get_agent('agents/vpg.py:AGENT').name)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, env=child_env())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "a2c"
+    with pytest.raises(ValueError, match="--agent=agents/nope.py:AGENT: no such file 'agents/nope.py'"):
+        load_config(["--agent=agents/nope.py:AGENT"])
+    # Your ./agents/ppo.py is not silently replaced by jaxsrl's agents.ppo either.
+    (tmp_path / "agents" / "ppo.py").write_text("")
+    with pytest.raises(ValueError, match="your folder ./agents is shadowed: rename it or use "
+                                         "--agent=agents/ppo.py:AGENT"):
+        load_config(["--agent=agents.ppo:AGENT"])
+    monkeypatch.chdir(ROOT)  # jaxsrl's own checkout: its agents folder is the package
+    assert load_config(["--agent=agents.ppo:AGENT"]).agent_config().__class__.__name__ == "PPOConfig"
 
 
 def test_help_lists_builtin_agents_config_files_and_env_kwargs(capsys):

@@ -129,6 +129,17 @@ def test_render_rgb_array(variant):
     assert make_env(variant).render() is None
 
 
+def test_frames_carry_a_team_colour_legend():
+    """The header (24 rows) names the teams beside dots of their colours, so a video
+    says which team is which; nothing else in the header has those colours."""
+    from jaxsrl.envs.hide_and_seek.render import HIDER_RGB, SEEKER_RGB  # noqa: PLC0415
+    env = make_env("quadrant", render_mode="rgb_array", horizon=4)
+    env.reset(seed=2)
+    header = env.render()[:24].reshape(-1, 3)
+    for rgb in (HIDER_RGB, SEEKER_RGB):
+        assert (header == rgb).all(axis=1).sum() >= 20, rgb  # a dot, not a stray pixel
+
+
 def test_actor_vector_env_steps_it():
     """The actor's multi-agent group (``jaxsrl.envs.make_actor_env``) steps the game and
     reports the episode statistics; the full game with pinned team sizes too."""

@@ -113,7 +113,7 @@ def test_several_runs_hide_and_seek_teams_and_phase_stats(tmp_path):
     assert paths == [out, str(tmp_path / "hs_episode.png")]
     for p in paths:
         _png_size(p)
-    loaded = plotting.load_runs(runs)
+    loaded = plotting.load_runs(runs, average=True)
     assert [r.label for r in loaded] == ["ppo", "ppo", "ppo", "impala"]
     assert len(loaded[0].records) == 8  # the partial last line is skipped
     assert plotting.episode_stat_keys(loaded) == ["episode/boxes_locked_hiders_prep",
@@ -126,6 +126,47 @@ def test_several_runs_hide_and_seek_teams_and_phase_stats(tmp_path):
     assert _plot_main(runs[:2] + ["--out", str(tmp_path / "x.png"), "--labels", "a", "b",
                                   "--no_stats"]) == 0
     assert not os.path.exists(tmp_path / "x_episode.png")
+
+
+def _legends(monkeypatch, fn):
+    """The legend entries of the first panel of each figure ``fn()`` saves."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: saved.append((path, fig)))
+    fn()
+    return {os.path.basename(path): fig.axes[0].get_legend_handles_labels()[1]
+            for path, fig in saved}
+
+
+def test_two_runs_are_two_curves_unless_averaging_is_asked(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    runs = [_write_run(tmp_path / "runs" / f"seed{i}", _hs_records(i)) for i in range(2)]
+    both = _legends(monkeypatch, lambda: plotting.plot_runs(runs, str(tmp_path / "c.png")))
+    assert both["c.png"] == ["seed0", "seed1"]  # one curve each, not their mean
+    mean = _legends(monkeypatch, lambda: plotting.plot_runs(runs, str(tmp_path / "c.png"),
+                                                            band="mean"))
+    assert mean["c.png"] == ["ppo (mean of 2)"]
+    median = _legends(monkeypatch, lambda: plotting.plot_runs(runs, str(tmp_path / "c.png"),
+                                                              band="median"))
+    assert median["c.png"] == ["ppo (median of 2, min-max shaded)"]
+    same = _legends(monkeypatch, lambda: plotting.plot_runs(runs, str(tmp_path / "c.png"),
+                                                            labels=["x", "x"]))
+    assert same["c.png"] == ["x (mean of 2)"]  # repeated labels: asked for
+    assert plotting.run_labels(["a/s0", "b/s0"]) == ["a/s0", "b/s0"]
+    assert plotting.run_labels(["a/s0", "a/s0/"]) == ["a/s0 #0", "a/s0 #1"]
+
+
+def test_plot_writes_into_the_first_run_folder_by_default(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    runs = [_write_run(tmp_path / "runs" / f"r{i}", _hs_records(i)) for i in range(2)]
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert _plot_main(runs + ["--no_stats"]) == 0
+    out = os.path.join(runs[0], "curves.png")
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    _png_size(out)
+    assert os.listdir(cwd) == []
 
 
 def test_published_reference_markers(tmp_path):
@@ -184,7 +225,9 @@ def test_progress_bar_shows_steps_fps_return_version_eta(tmp_path):
     console = Console(file=buf, force_terminal=True, width=160)
     writer = metrics.MetricsWriter(_config(tmp_path / "run"), console=console, tensorboard=False)
     assert writer.total_env_steps == 1000 and writer.progress is not None
-    writer.write(RECORD)
+    writer.write({**RECORD, "env_steps": 50, "fps": 1.0, "policy_version": 0})  # compiling
+    writer.write({**RECORD, "env_steps": 100, "fps": 40.0, "policy_version": 2})  # 1st update
+    writer.write(RECORD)  # 150 steps after the first update at 125 fps: 750 left, 6 s
     writer.close()
     writer.close()  # idempotent
     text = buf.getvalue()
@@ -193,6 +236,32 @@ def test_progress_bar_shows_steps_fps_return_version_eta(tmp_path):
         assert part in text, part
     with open(os.path.join(tmp_path, "run", "metrics.jsonl")) as f:
         assert json.loads(f.readline())["loss/total"] is None
+
+
+def test_progress_bar_shows_no_eta_before_a_rate_is_measured(tmp_path):
+    """While the learner compiles (no update yet), and over the interval of the first
+    update, the FPS says nothing about the rest of the run: no ETA, not 10:51:58."""
+    pytest.importorskip("rich")
+    from rich.console import Console  # noqa: PLC0415
+
+    def bar_text(records):
+        buf = io.StringIO()
+        bar = metrics.ProgressBar(10**6, "ppo", Console(file=buf, force_terminal=True, width=200))
+        for r in records:
+            bar.update(r)
+        bar.close()
+        return "ETA " + buf.getvalue().rsplit("ETA ", 1)[1].split()[0]  # as last drawn
+
+    compiling = {"env_steps": 64, "fps": 25.0, "policy_version": 0, "wall_time_s": 40.0}
+    first_update = {"env_steps": 3200, "fps": 2200.0, "policy_version": 49, "wall_time_s": 42.0}
+    assert bar_text([compiling]) == "ETA -:--"
+    assert bar_text([compiling, first_update]) == "ETA -:--"
+    steady = {"env_steps": 5200, "fps": 2000.0, "policy_version": 90, "wall_time_s": 43.0}
+    assert bar_text([compiling, first_update, steady]) == "ETA 8:17"  # 994,800 / 2,000 fps
+    # A resumed run starts at its checkpoint's version: the same rule from there.
+    resumed = [{**r, "policy_version": r["policy_version"] + 500}
+               for r in (compiling, first_update, steady)]
+    assert bar_text(resumed[:2]) == "ETA -:--" and bar_text(resumed) == "ETA 8:17"
 
 
 def test_quiet_without_a_terminal_and_sinks_switch_off(tmp_path, monkeypatch):

@@ -5,7 +5,8 @@ the high edge; hiders blue, seekers red (dimmed while frozen in the preparation
 phase), each with a heading tick and a translucent vision cone; a yellow ring
 marks a hider seen by some seeker. A locked object gets a thick outline in the
 locking team's colour and a small padlock square; a held object a white outline.
-The header shows the step and the phase.
+The header shows the step and the phase, and on its right a legend of the team
+colours ("hiders", "seekers", each beside a dot of its colour).
 """
 
 from __future__ import annotations
@@ -114,4 +115,18 @@ def render_topdown(
     phase = "preparation" if in_prep else "seeking"
     n_seen = int(seen.sum())
     draw.text((6, 6), f"step {step}/{cfg.horizon}  {phase}  hiders seen: {n_seen}", fill=(240, 240, 240))
+    _team_legend(draw, size, header)
     return np.asarray(img, dtype=np.uint8)
+
+
+def _team_legend(draw: ImageDraw.ImageDraw, width: int, header: int) -> None:
+    """"(dot) hiders  (dot) seekers", right-aligned in the header, dots in team colours."""
+    dot, gap = 8, 4
+    x = width - 6
+    for name, rgb in (("seekers", SEEKER_RGB), ("hiders", HIDER_RGB)):  # right to left
+        x -= draw.textlength(name)
+        draw.text((x, 6), name, fill=(240, 240, 240))
+        x -= gap + dot
+        top = (header - dot) / 2
+        draw.ellipse((x, top, x + dot, top + dot), fill=rgb)
+        x -= 3 * gap
