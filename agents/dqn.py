@@ -7,8 +7,8 @@ The parts, and where each comes from:
   Sec. 3.1), stored and sampled by the runtime's replay worker as
   :attr:`AgentFns.replay` asks (proportional prioritised replay, Schaul et al. 2016).
 * target: ``G = R^(k) + gamma^k Q_target(s_{t+k}, argmax_a Q(s_{t+k}, a))``, double
-  Q-learning (van Hasselt et al. 2016, Eq. 4, via ``rlax.double_q_learning``), and
-  ``max_a Q_target`` with ``double=False`` (Mnih et al. 2015).
+  Q-learning (van Hasselt et al. 2016, Eq. 4), and ``max_a Q_target`` with
+  ``double=False`` (Mnih et al. 2015); both in ``agents/q_learning.py``.
 * loss: importance-weighted mean Huber loss of the TD error; new priorities ``|td|``
   (Horgan et al. 2018, Sec. 3.1; Schaul et al. 2016, Algorithm 1).
 * network: dueling head (Wang et al. 2016, Eq. 9; ``agents/q_network.py``).
@@ -37,10 +37,10 @@ import gymnasium
 import jax
 import jax.numpy as jnp
 import optax
-import rlax
 
 from agents import encoders, networks
 from agents.optim import clipped_adam
+from agents.q_learning import double_q_learning, q_learning
 from agents.q_network import QNetwork
 from agents.transitions import n_step_transitions
 from jaxsrl.core.agent import Agent, AgentFns, EnvSpec, ReplayBatch, ReplaySpec
@@ -226,10 +226,9 @@ def make(config: DQNConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         discount = items["discount"].astype(jnp.float32)
         if config.double:
             q_next_online = jax.lax.stop_gradient(net.apply(variables, items["next_obs"]))
-            td = jax.vmap(rlax.double_q_learning)(q, action, reward, discount, q_next_target,
-                                                  q_next_online)
+            td = double_q_learning(q, action, reward, discount, q_next_target, q_next_online)
         else:
-            td = jax.vmap(rlax.q_learning)(q, action, reward, discount, q_next_target)
+            td = q_learning(q, action, reward, discount, q_next_target)
         loss = jnp.mean(weights * optax.huber_loss(td, delta=config.huber_delta))
         q_taken = jnp.take_along_axis(q, action[:, None], axis=-1)[:, 0]
         return loss, (td, q_taken)

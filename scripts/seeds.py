@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     try:
         summary = multiseed.run_seeds(train_args, args.seeds, args.root, args.threshold,
                                       args.eval_episodes, args.ray_cpus)
-    except ValueError as exc:
+    except (ValueError, ImportError) as exc:
         print(f"seeds.py: error: {exc}", file=sys.stderr)
         return 2
     print(multiseed.format_table(summary))

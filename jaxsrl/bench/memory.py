@@ -18,7 +18,7 @@ import threading
 
 try:
     import psutil
-except ImportError:  # pragma: no cover - psutil is a test extra
+except ImportError:  # pragma: no cover - psutil is a dependency; /proc if it is absent anyway
     psutil = None
 
 MIB = 2**20

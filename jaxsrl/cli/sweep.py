@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = sweep.run_sweep(train_args, args.axis, args.root, args.num_samples,
                                   args.max_concurrent, args.cpus_per_trial, args.ray_address)
-    except ValueError as exc:
+    except (ValueError, ImportError) as exc:
         print(f"sweep.py: error: {exc}", file=sys.stderr)
         return 2
     print(sweep.format_table(summary))

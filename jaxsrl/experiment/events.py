@@ -19,7 +19,8 @@ launcher turns into events.
 
 Kinds, with their fields:
 
-* ``run_start``: agent, env, resume, launcher, pid
+* ``run_start``: agent, env, resume, launcher, inference, pid, devices (learner's and
+  inference's, one line)
 * ``actor_restart``: actor, actor_id, reason, error (its first line), error_file (the whole
   traceback, if any), code (exit code), restart, delay_s
 * ``actor_hang``: actor, actor_id, silent_s

@@ -197,7 +197,7 @@ def _open_wandb(logdir: str, config: dict):
     try:
         import wandb  # noqa: PLC0415  (optional dependency: the [wandb] extra)
     except ImportError:
-        log.warning("JAXSRL_WANDB is set but wandb is not installed (pip install wandb); "
+        log.warning("JAXSRL_WANDB is set but wandb is not installed (pip install -e '.[wandb]'); "
                     "logging to metrics.jsonl and TensorBoard only")
         return None
     id_path = RunDir(logdir).wandb_id_path

@@ -47,7 +47,7 @@ from jaxsrl.launch.placement import learner_placement
 from jaxsrl.launch.processes import Spawner, stop_all
 from jaxsrl.launch.supervision import ComponentDied, restart_delay
 from jaxsrl.launch.wiring import planned_updates
-from jaxsrl.parallel import distributed
+from jaxsrl.parallel import devices, distributed
 from jaxsrl.parallel.compile_cache import enable_compilation_cache
 from jaxsrl.streams import security
 
@@ -127,6 +127,30 @@ def _inference_mode(cfg: Any, flow: Any, setup: Any, placement: Any) -> tuple[An
     return cfg, why
 
 
+def devices_line(learner_devices: Any, processes: int, inline: bool, remote: bool,
+                 jax_platforms: str = "") -> str:
+    """The devices the learner and inference use, for the run's first log line, e.g.
+    ``"learner cpu:0 (x1), inference the same (threads of the learner)"``.
+
+    Args:
+      learner_devices: the learner process's JAX devices (its local mesh).
+      processes: learner processes (> 1: each of them has such devices).
+      inline: inline inference (the actors act, on CPU unless ``jax_platforms`` says else).
+      remote: inference servers are processes of their own, on their hosts' devices.
+      jax_platforms: ``$JAX_PLATFORMS`` as the inline actors inherit it ("" if unset).
+    """
+    learner = devices.describe(learner_devices)
+    if processes > 1:
+        learner += f" in each of {processes} learner processes"
+    if inline:
+        inference = f"{jax_platforms or 'cpu'} in each inline actor process"
+    elif remote:
+        inference = "the local devices of each remote server process"
+    else:
+        inference = "the same (threads of the learner)"
+    return f"learner {learner}, inference {inference}"
+
+
 def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     """:func:`train` in the claimed run folder ``logdir``."""
     clock = Clock()
@@ -144,11 +168,15 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
         # inference mode): only now is the run folder changed.
         run_folder.prepare(logdir, cfg.overwrite)
         _write_config(cfg, logdir)
+        where = devices_line(placement.local_mesh.devices.flat, placement.processes,
+                             cfg.inline_inference, cfg.remote_inference,
+                             os.environ.get("JAX_PLATFORMS", ""))
         events.emit(log, logging.INFO, "run_start",
                     {"agent": cfg.agent, "env": cfg.env, "resume": bool(cfg.resume),
-                     "launcher": cfg.launcher, "inference": cfg.inference, "pid": os.getpid()},
-                    "run of %s on %s starts in %s%s; inference: %s", cfg.agent, cfg.env, logdir,
-                    " (resumed)" if cfg.resume else "", why)
+                     "launcher": cfg.launcher, "inference": cfg.inference, "pid": os.getpid(),
+                     "devices": where},
+                    "run of %s on %s starts in %s%s; inference: %s; devices: %s", cfg.agent,
+                    cfg.env, logdir, " (resumed)" if cfg.resume else "", why, where)
         run = wiring.new_run(cfg, setup.flow, logdir, clock, placement, spawner)
         old_handlers = install_stop_handlers()
         wiring.start(run, setup)

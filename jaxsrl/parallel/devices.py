@@ -10,13 +10,32 @@ by the compiler). With one device this is plain ``jit``.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 AXIS = "data"
+
+
+def describe(devices: Sequence) -> str:
+    """Names of ``devices`` for a log line: ``"cpu:0 (x1)"``, ``"gpu:0,gpu:1 (x2 NVIDIA H200)"``.
+
+    Each device is ``<platform>:<id>`` (JAX's ``Device.platform`` and ``.id``); more than
+    four show as ``first,...,last``. The count follows in brackets, with the device kind
+    of the first device for anything but CPUs.
+
+    Raises:
+      ValueError: no devices.
+    """
+    devices = list(devices)
+    if not devices:
+        raise ValueError("describe(devices): no devices")
+    names = [f"{d.platform}:{d.id}" for d in devices]
+    shown = names if len(names) <= 4 else [names[0], "...", names[-1]]
+    kind = "" if devices[0].platform == "cpu" else f" {devices[0].device_kind}"
+    return f"{','.join(shown)} (x{len(names)}{kind})"
 
 
 def local_mesh(devices=None) -> Mesh:

@@ -117,6 +117,7 @@ def run_seeds(train_args: Sequence[str], seeds: Sequence[int], root: str,
     Raises:
       ValueError: ``--seed``/``--logdir`` in ``train_args``, no seeds, or a seed folder
         that exists already.
+      ImportError: ``ray_cpus > 0`` without Ray installed (the [ray] extra).
     """
     bad = [a for a in train_args if a.split("=")[0] in ("--seed", "--logdir")]
     if bad:
@@ -129,7 +130,11 @@ def run_seeds(train_args: Sequence[str], seeds: Sequence[int], root: str,
         raise ValueError(f"{taken[0]} exists already: choose another --root")
     os.makedirs(root, exist_ok=True)
     if ray_cpus > 0:
-        import ray  # noqa: PLC0415  (optional dependency: Ray, only for --ray_cpus)
+        try:
+            import ray  # noqa: PLC0415  (optional dependency: the [ray] extra, only for --ray_cpus)
+        except ImportError as exc:
+            raise ImportError(f"--ray_cpus runs seeds on Ray, which is not installed ({exc}): "
+                              "pip install -e '.[ray]'") from exc
         ray.init(ignore_reinit_error=True)
         task = ray.remote(num_cpus=ray_cpus)(_run_one)
         runs = ray.get([task.remote(list(train_args), s, dirs[s], eval_episodes) for s in seeds])

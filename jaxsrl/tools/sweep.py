@@ -77,10 +77,24 @@ def parse_axis(text: str) -> tuple[str, str, tuple]:
     return name, kind, tuple(args)
 
 
+def import_ray_tune():
+    """``(ray, ray.tune)``, imported on first use (Ray Tune is the optional [tune] extra).
+
+    Raises:
+      ImportError: Ray Tune is not installed (one line naming the extra).
+    """
+    try:
+        import ray  # noqa: PLC0415  (optional dependency: the [tune] extra)
+        from ray import tune  # noqa: PLC0415
+    except ImportError as exc:
+        raise ImportError(f"sweeps run on Ray Tune, which is not installed ({exc}): "
+                          "pip install -e '.[tune]'") from exc
+    return ray, tune
+
+
 def search_space(axes: Sequence[tuple[str, str, tuple]]) -> dict:
     """Tune's ``param_space`` for parsed axes (:func:`parse_axis`)."""
-    from ray import tune  # noqa: PLC0415  (optional dependency: the [tune] extra)
-
+    _, tune = import_ray_tune()
     make = {"uniform": tune.uniform, "loguniform": tune.loguniform, "randint": tune.randint,
             "choice": lambda *v: tune.choice(list(v)), "grid": lambda *v: tune.grid_search(list(v))}
     _check_unique(axes)
@@ -207,6 +221,7 @@ def run_sweep(train_args: Sequence[str], axes: Sequence[str], root: str, num_sam
 
     Raises:
       ValueError: a bad axis, a refused or unparsable train flag, a non-empty ``root``.
+      ImportError: Ray Tune is not installed (the [tune] extra).
     """
     parsed = [parse_axis(a) for a in axes]
     if not parsed:
@@ -218,8 +233,7 @@ def run_sweep(train_args: Sequence[str], axes: Sequence[str], root: str, num_sam
     if os.path.isdir(root) and os.listdir(root):
         raise ValueError(f"{root} exists and is not empty: give a new --root")
     check_args(train_args, parsed)
-    import ray  # noqa: PLC0415  (optional dependency: the [tune] extra)
-
+    ray, _ = import_ray_tune()
     os.makedirs(os.path.join(root, "trials"), exist_ok=True)
     started = not ray.is_initialized()
     if started:

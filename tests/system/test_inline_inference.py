@@ -55,6 +55,8 @@ def test_auto_runs_inline_on_a_cpu_only_machine_and_records_the_mode(tmp_path):
     assert RunDir(logdir).read_config()["inference"] == "inline"
     (start,) = RunDir(logdir).read_events("run_start")
     assert start["inference"] == "inline"
+    assert start["devices"].startswith("learner cpu:")  # the first log line names them
+    assert start["devices"].endswith("inference cpu in each inline actor process")
     assert not any("inference/batches" in r for r in _intervals(logdir))
 
 
