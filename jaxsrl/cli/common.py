@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 
+from jaxsrl.core import imports
+
 
 def configure_logging(absl_level: int = logging.WARNING) -> None:
     """INFO records as ``HH:MM:SS name message`` on stderr; JAX's backend notes silenced.
@@ -35,3 +37,7 @@ def import_from_current_directory() -> None:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(1, cwd)
+    shadowed = imports.shadowed_agents_package([cwd])
+    if shadowed:  # the workers, started with ``python -m`` here, would import that folder
+        print(f"{os.path.basename(sys.argv[0])}: error: {shadowed}", file=sys.stderr)
+        sys.exit(2)

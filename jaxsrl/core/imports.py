@@ -24,6 +24,35 @@ import sys
 from typing import Any
 
 
+def shadowed_agents_package(path: list[str] | None = None) -> str | None:
+    """Why jaxsrl's own ``agents`` package would not be the one imported from ``path``
+    (default ``sys.path``, ``""`` read as the current directory), or ``None``.
+
+    A user's folder ``agents/`` with an ``__init__.py`` in the current directory is a
+    regular package; ``python -m`` (how child processes start) puts the current directory
+    first on ``sys.path``, so it would replace jaxsrl's built-in agents there and every
+    worker would fail to import ``agents.AGENTS``. Nothing is imported to find this out.
+
+    Returns:
+      a one-line message naming the shadowing folder and the way out, or ``None``.
+    """
+    import importlib.machinery  # noqa: PLC0415
+
+    entries = [p or os.getcwd() for p in (sys.path if path is None else path)]
+    spec = importlib.machinery.PathFinder.find_spec("agents", entries)
+    if spec is None or spec.origin is None:  # not found, or a namespace: ours still wins
+        return None
+    found = os.path.realpath(os.path.dirname(spec.origin))
+    ours = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.realpath(__file__)))), "agents")
+    if found == os.path.realpath(ours):
+        return None
+    return (f"the folder {found} (a package: it has __init__.py) shadows jaxsrl's own "
+            "'agents' package in processes started from this directory: rename it (e.g. "
+            "my_agents, then --agent=my_agents.vpg:AGENT) or delete its __init__.py and use "
+            "--agent=agents/vpg.py:AGENT")
+
+
 def is_reference(name: str) -> bool:
     """Whether ``name`` has the ``module:attribute`` form."""
     module, sep, attr = name.partition(":")
