@@ -31,6 +31,7 @@ from jaxsrl.experiment import config_layers as layers
 from jaxsrl.experiment import inline as inline_lib
 from jaxsrl.experiment import population as population_lib
 from jaxsrl.experiment import selfplay as selfplay_lib
+from jaxsrl.experiment import switches
 from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
 from jaxsrl.streams.security import check_curve_available
 from jaxsrl.experiment.run_dir import RunDir
@@ -375,7 +376,8 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
 
     Raises:
       ValueError: unknown agent, environment, config file or key, a malformed
-        ``--env_kwargs`` flag, or an impossible value — before any process starts.
+        ``--env_kwargs`` flag, a switch given a value other than true/false/1/0, or an
+        impossible value — before any process starts.
       SystemExit: bad flags (tyro prints the error and the valid flags).
     """
     agents = AGENTS if agents is None else agents
@@ -403,6 +405,7 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
     agent = get_agent(known.agent, agents)
     check_env_name(known.env)
     cls = config_class(agent.name, agent.config_cls)
+    rest = switches.normalize(rest, switches.switch_names(cls))  # --x=false -> --no_x
     cfg = cls(agent=known.agent, env=known.env)
     for path in known.config:
         if not os.path.isfile(path):

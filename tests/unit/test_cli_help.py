@@ -123,3 +123,13 @@ def test_values_of_other_flags_are_left_alone():
     assert {"clip_actions", "ppo.anneal_lr", "resume"} <= names
     args = ["--logdir=false", "--env_kwargs.render=false", "--host", "true", "--seed=1"]
     assert switches.normalize(args, names) == args
+
+
+def test_load_config_takes_switch_values_for_every_caller():
+    """Sweeps, seeds and the bench call ``load_config`` directly: the value forms work there too."""
+    from jaxsrl.experiment.config import load_config
+
+    cfg = load_config(["--env=CartPole-v1", "--ppo.anneal_lr=false", "--clip_actions", "true"])
+    assert cfg.ppo.anneal_lr is False and cfg.clip_actions is True
+    with pytest.raises(ValueError, match="--ppo.no_anneal_lr"):
+        load_config(["--env=CartPole-v1", "--ppo.anneal_lr=maybe"])
