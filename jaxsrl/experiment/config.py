@@ -409,7 +409,7 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
     if saved is not None:
         known_keys = {f.name for f in dataclasses.fields(cls)} - {"agent", "env", "logdir", "resume",
                                                                     "overwrite"}
-        saved = inline_lib.legacy_key(saved, RunDir(known.logdir).config_path)
+        saved = inline_lib.saved_mode(inline_lib.legacy_key(saved, RunDir(known.logdir).config_path))
         fields = {k: v for k, v in saved.items() if k in known_keys}  # older/newer keys: skipped
         cfg = layers.apply_table(cfg, fields, RunDir(known.logdir).config_path)
     else:

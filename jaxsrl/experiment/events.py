@@ -26,7 +26,8 @@ Kinds, with their fields:
 * ``server_restart``: server, reason, error, restart
 * ``thread_abandoned``: thread (serial mode)
 * ``resumed``: policy, version, env_steps
-* ``checkpoint_unreadable``: directory, step, error
+* ``checkpoint_retry``: directory, step, error (its first failed restore; tried once more)
+* ``checkpoint_unreadable``: directory, step, error (failed twice)
 * ``checkpoint_set_aside``: directory, step, restored, moved_to
 * ``buffer_restart``: buffer, reason, error, restart
 * ``replay_restored``: learner, step, items
