@@ -187,17 +187,15 @@ class Checkpointer:
           RuntimeError: no checkpoint in the directory could be read.
         """
         if step is not None:
-            self._check_structure(like, step)
-            return self._restore_twice(like, step)
+            return self._restore_checked(like, step)
         self.manager.reload()
         steps = sorted(self.manager.all_steps(), reverse=True)
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         unreadable = []
         for candidate in steps:
-            self._check_structure(like, candidate)
             try:
-                out = self._restore_twice(like, candidate)
+                out = self._restore_checked(like, candidate)
             except StructureMismatch:
                 raise
             except Exception as exc:  # noqa: BLE001  (failed twice: damage, try the previous one)
@@ -231,16 +229,25 @@ class Checkpointer:
         os.rename(os.path.join(self.directory, str(step)), target)
         return target
 
-    def _check_structure(self, like: Any, step: int) -> None:
-        """Raise :class:`StructureMismatch` if checkpoint ``step`` stores other arrays than
-        ``like`` has (an unreadable metadata file is left to the restore to report)."""
-        try:
-            stored = stored_structure(self.directory, step)
-        except Exception:  # noqa: BLE001  (damage: the restore itself says what it is)
-            return
-        differences = structure_differences(stored, structure(like))
-        if differences:
-            raise StructureMismatch(self.directory, step, differences)
+    def _restore_checked(self, like: Any, step: int) -> tuple[Any, dict]:
+        """:meth:`_restore_twice`, after checking that checkpoint ``step`` stores the arrays
+        ``like`` has (Orbax itself restores a NumPy leaf of another shape as saved).
+        Paths are named as Orbax names them (field, key or index); an unreadable
+        metadata file is left to the restore to report; ``like=None`` restores whatever
+        was saved.
+
+        Raises:
+          StructureMismatch: the stored arrays differ.
+        """
+        if like is not None:
+            try:
+                stored = stored_structure(self.directory, step)
+            except Exception:  # noqa: BLE001  (damage: the restore itself says what it is)
+                stored = None
+            differences = [] if stored is None else structure_differences(stored, structure(like))
+            if differences:
+                raise StructureMismatch(self.directory, step, differences)
+        return self._restore_twice(like, step)
 
     def _restore_twice(self, like: Any, step: int) -> tuple[Any, dict]:
         """:meth:`_restore`, tried again once if it fails (not when out of memory)."""
