@@ -134,12 +134,12 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
         setup = wiring.agent_setup(cfg, flow, placement)  # ValueErrors before anything starts
         requested = cfg.inference
         cfg, why = _inference_mode(cfg, flow, setup, placement)
-        record = resumption.config_record(cfg, requested, logdir)
+        config = resumption.config_record(cfg, requested, logdir)  # config.json
         if cfg.resume:  # refused before anything is written; config.json once restored
             resumption.check(cfg, setup, logdir)
             why = resumption.inference_reason(RunDir(logdir).config_or_empty(), why)
         else:
-            RunDir(logdir).write_config(record)
+            RunDir(logdir).write_config(config)
         events.emit(log, logging.INFO, "run_start",
                     {"agent": cfg.agent, "env": cfg.env, "resume": bool(cfg.resume),
                      "launcher": cfg.launcher, "inference": cfg.inference, "pid": os.getpid()},
@@ -147,7 +147,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
                     " (resumed)" if cfg.resume else "", why)
         run = wiring.new_run(cfg, setup.flow, logdir, clock, placement, spawner)
         old_handlers = install_stop_handlers()
-        wiring.start(run, setup, restored=lambda: resumption.commit_config(logdir, record))
+        wiring.start(run, setup, restored=lambda: resumption.commit_config(logdir, config))
         record.update(ControlLoop(run)())
     finally:
         # A second signal (e.g. from a process manager) must not cut the cleanup short.
