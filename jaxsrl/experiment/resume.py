@@ -29,9 +29,11 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 from typing import Any, Mapping
 
 import jax
+import numpy as np
 
 from jaxsrl.experiment import checkpoint as ckpt_lib
 from jaxsrl.experiment import config as config_lib
@@ -208,11 +210,17 @@ def apply_hyperparameters(restored: Any, fresh: Any, policy: str, cfg: Any) -> A
         log.info("resuming population member %s with its own hyperparameters (PBT chose them): %s",
                  policy, ", ".join(f"{k}={a:.4g}" for k, (a, _) in changed.items()))
         return restored
-    events.emit(log, logging.WARNING, "hyperparameters_changed",
+    events.emit(log, logging.INFO, "hyperparameters_changed",
                 {"policy": policy, "changed": {k: list(v) for k, v in changed.items()}},
                 "resuming %s with new hyperparameters: %s", policy,
                 ", ".join(f"{k} {a:.6g} -> {b:.6g}" for k, (a, b) in changed.items()))
-    return restored._replace(hyper={**old, **{k: new[k] for k in changed}})
+    return restored._replace(hyper={**old, **{k: _placed_like(old[k], new[k]) for k in changed}})
+
+
+def _placed_like(old: Any, new: Any) -> Any:
+    """``new`` as ``old`` is held: a NumPy array where the restore gave one (a
+    multi-process learner restores to the host), else the fresh state's device array."""
+    return np.asarray(jax.device_get(new), old.dtype) if isinstance(old, np.ndarray) else new
 
 
 def commit_config(logdir: str, record: dict) -> None:
@@ -234,7 +242,7 @@ def commit_config(logdir: str, record: dict) -> None:
         while os.path.exists(os.path.join(logdir, f"config.{n}.json")):
             n += 1
         kept = os.path.join(logdir, f"config.{n}.json")
-        os.link(run.config_path, kept)
+        shutil.copyfile(run.config_path, kept)
     tmp = run.config_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(record, f, indent=2)
