@@ -172,7 +172,7 @@ def run(argv: list[str], overrides: dict, logdir: str, warmup_intervals: int, me
     flow = resolved.get("dataflow") or {}
     out["num_actors"] = (sum(int(a.get("count", 0)) for a in flow.get("actors", []))
                          if flow else resolved.get("num_actors", overrides.get("num_actors")))
-    out["inference"] = resolved.get("inference")  # "auto" resolved: server or inline
+    out["inference"] = resolved.get("inference_resolved", resolved.get("inference"))  # server or inline
     out["resolved_config"] = resolved
     out["wall_s"] = time.monotonic() - t0
     if sampler:

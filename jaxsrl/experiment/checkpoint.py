@@ -8,15 +8,25 @@ hand), :meth:`Checkpointer.restore` falls back to the next older one, with a one
 warning; on ``--resume`` the unreadable ones are renamed ``<step>.unreadable`` (kept for
 inspection, invisible to Orbax), so the resumed run saves those steps again instead of
 colliding with them.
+
+What counts as unreadable: a restore that fails twice in a row (a failure that a second
+try gets past, e.g. a brief I/O error, is only logged). Two failures are never damage,
+and never rename anything: a checkpoint whose stored arrays (Orbax's metadata: shapes
+and dtypes) do not match the state asked for (:class:`StructureMismatch`: the config
+changed, not the files), and the device running out of memory
+(:func:`is_out_of_memory`); both stop the restore with the error.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import pathlib
 import threading
 from typing import Any
 
+import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxsrl.experiment import events
@@ -27,6 +37,79 @@ log = logging.getLogger("jaxsrl.experiment.checkpoint")
 #: in different folders (several trainers asked for a checkpoint together); saves started
 #: one after the other, from any thread, are fine, their background writes overlapping.
 _SAVE_LOCK = threading.Lock()
+
+
+class StructureMismatch(ValueError):
+    """A checkpoint's stored arrays differ from the state it is restored into (leaves
+    added, missing, or of another shape or dtype): a changed config, not damage.
+
+    Attributes:
+      step: the checkpoint; differences: ``[(path, stored, wanted)]`` with ``stored`` and
+        ``wanted`` each ``"shape dtype"`` or ``None`` (absent on that side).
+    """
+
+    def __init__(self, directory: str, step: int, differences: list):
+        self.step, self.differences = step, differences
+        shown = "; ".join(f"{p}: {a or 'absent'} -> {b or 'absent'}" for p, a, b in differences[:3])
+        more = f" (+{len(differences) - 3} more)" if len(differences) > 3 else ""
+        super().__init__(f"checkpoint {step} in {directory} holds a learner state of another "
+                         f"structure: {shown}{more}")
+
+
+def structure(tree: Any) -> dict[str, str]:
+    """``{"a.b.0.c": "(64, 4) float32"}`` for every array leaf of ``tree`` (arrays, or
+    ``jax.ShapeDtypeStruct``s from ``jax.eval_shape``, or Orbax ``ArrayMetadata``):
+    the part of a pytree a checkpoint restore needs to match. Named tuples are keyed by
+    field name and tuples/lists by index, as Orbax stores them; ``None`` leaves are
+    skipped."""
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if not hasattr(leaf, "dtype"):
+            leaf = np.asarray(leaf)
+        out[".".join(_key_name(k) for k in path)] = f"{tuple(leaf.shape)} {np.dtype(leaf.dtype).name}"
+    return out
+
+
+def _key_name(key: Any) -> str:
+    for attr in ("name", "key", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def stored_structure(directory: str, step: int) -> dict[str, str]:
+    """:func:`structure` of the ``state`` item of checkpoint ``step`` in ``directory``, from
+    Orbax's metadata file alone (no array is read, nothing is written or created).
+
+    Raises:
+      OSError / ValueError: the metadata cannot be read (a missing or damaged checkpoint).
+    """
+    handler = ocp.StandardCheckpointHandler()
+    try:
+        meta = handler.metadata(pathlib.Path(directory, str(step), "state"))
+    finally:
+        handler.close()
+    return structure(getattr(meta, "tree", meta))
+
+
+def structure_differences(stored: dict[str, str], wanted: dict[str, str]) -> list:
+    """``[(path, stored, wanted)]`` where two :func:`structure` maps differ (sorted by path)."""
+    return [(p, stored.get(p), wanted.get(p)) for p in sorted(set(stored) | set(wanted))
+            if stored.get(p) != wanted.get(p)]
+
+
+def finalised_steps(directory: str) -> list[int]:
+    """The finalised checkpoint steps in ``directory``, newest first (none if it is
+    missing); reads the folder only."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted((int(n) for n in os.listdir(directory) if n.isdigit()), reverse=True)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is the host or device running out of memory (XLA's
+    ``RESOURCE_EXHAUSTED``): a restore that fails so says nothing about the files."""
+    return isinstance(exc, MemoryError) or "RESOURCE_EXHAUSTED" in str(exc)
 
 
 class Checkpointer:
@@ -86,7 +169,9 @@ class Checkpointer:
         """Restore ``(state, meta)``; ``like`` gives the pytree structure, dtypes and shardings.
 
         Without ``step``, the newest readable checkpoint is restored (an unreadable newer
-        one is skipped with a one-line warning naming it).
+        one, one that failed to restore twice, is skipped with a one-line warning naming
+        it). Before restoring, each checkpoint's stored structure (Orbax metadata) is
+        compared with ``like``'s; a mismatch stops the restore (nothing is renamed).
 
         Args:
           like: the pytree to restore into.
@@ -97,10 +182,12 @@ class Checkpointer:
 
         Raises:
           FileNotFoundError: there is no checkpoint in the directory.
+          StructureMismatch: the checkpoint tried holds arrays other than ``like``'s.
+          MemoryError / XLA ``RESOURCE_EXHAUSTED``: out of memory while restoring.
           RuntimeError: no checkpoint in the directory could be read.
         """
         if step is not None:
-            return self._restore(like, step)
+            return self._restore_checked(like, step)
         self.manager.reload()
         steps = sorted(self.manager.all_steps(), reverse=True)
         if not steps:
@@ -108,8 +195,12 @@ class Checkpointer:
         unreadable = []
         for candidate in steps:
             try:
-                out = self._restore(like, candidate)
-            except Exception as exc:  # noqa: BLE001  (any damage: try the previous one)
+                out = self._restore_checked(like, candidate)
+            except StructureMismatch:
+                raise
+            except Exception as exc:  # noqa: BLE001  (failed twice: damage, try the previous one)
+                if is_out_of_memory(exc):
+                    raise
                 unreadable.append((candidate, _one_line(exc)))
                 events.emit(log, logging.WARNING, "checkpoint_unreadable",
                             {"directory": self.directory, "step": candidate, "error": _one_line(exc)},
@@ -137,6 +228,39 @@ class Checkpointer:
             target = os.path.join(self.directory, f"{step}.unreadable-{n}")
         os.rename(os.path.join(self.directory, str(step)), target)
         return target
+
+    def _restore_checked(self, like: Any, step: int) -> tuple[Any, dict]:
+        """:meth:`_restore_twice`, after checking that checkpoint ``step`` stores the arrays
+        ``like`` has (Orbax itself restores a NumPy leaf of another shape as saved).
+        Paths are named as Orbax names them (field, key or index); an unreadable
+        metadata file is left to the restore to report; ``like=None`` restores whatever
+        was saved.
+
+        Raises:
+          StructureMismatch: the stored arrays differ.
+        """
+        if like is not None:
+            try:
+                stored = stored_structure(self.directory, step)
+            except Exception:  # noqa: BLE001  (damage: the restore itself says what it is)
+                stored = None
+            differences = [] if stored is None else structure_differences(stored, structure(like))
+            if differences:
+                raise StructureMismatch(self.directory, step, differences)
+        return self._restore_twice(like, step)
+
+    def _restore_twice(self, like: Any, step: int) -> tuple[Any, dict]:
+        """:meth:`_restore`, tried again once if it fails (not when out of memory)."""
+        try:
+            return self._restore(like, step)
+        except Exception as exc:  # noqa: BLE001
+            if is_out_of_memory(exc):
+                raise
+            events.emit(log, logging.WARNING, "checkpoint_retry",
+                        {"directory": self.directory, "step": step, "error": _one_line(exc)},
+                        "checkpoint %d in %s failed to restore (%s); trying it once more",
+                        step, self.directory, _one_line(exc))
+        return self._restore(like, step)
 
     def _restore(self, like: Any, step: int) -> tuple[Any, dict]:
         out = self.manager.restore(step, args=ocp.args.Composite(

@@ -85,7 +85,9 @@ class RunConfig:
     PUB/SUB parameter stream (SRL's inline inference; ``--inline_inference`` is the same);
     ``auto``: inline on a machine whose learner has no accelerator, where the run allows
     it (:func:`jaxsrl.experiment.inline.auto_mode`), else server. The run's
-    ``config.json`` records the mode it ran (``docs/architecture.md``, "Inline inference")."""
+    ``config.json`` records the mode as given and, as ``inference_resolved``, the mode it
+    ran; a ``--resume`` resolves ``auto`` again (``docs/architecture.md``, "Inline
+    inference"; ``docs/reliability.md``, "Seams: resume")."""
     param_publish_interval_s: float = 0.0
     """--remote_inference or --inline_inference: least seconds between two parameter
     versions sent to the servers or actors (0: every version)."""
@@ -413,7 +415,7 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
     if saved is not None:
         known_keys = {f.name for f in dataclasses.fields(cls)} - {"agent", "env", "logdir", "resume",
                                                                     "overwrite"}
-        saved = inline_lib.legacy_key(saved, RunDir(known.logdir).config_path)
+        saved = inline_lib.saved_mode(inline_lib.legacy_key(saved, RunDir(known.logdir).config_path))
         fields = {k: v for k, v in saved.items() if k in known_keys}  # older/newer keys: skipped
         cfg = layers.apply_table(cfg, fields, RunDir(known.logdir).config_path)
     else:

@@ -27,7 +27,11 @@ Kinds, with their fields:
 * ``server_restart``: server, reason, error, restart
 * ``thread_abandoned``: thread (serial mode)
 * ``resumed``: policy, version, env_steps
-* ``checkpoint_unreadable``: directory, step, error
+* ``hyperparameters_changed``: policy, changed (name -> [old, new]): values of the
+  resumed config written into the restored learner state (``jaxsrl/experiment/resume.py``)
+* ``config_changed``: changed (setting -> [old, new]), previous (the kept ``config.<n>.json``)
+* ``checkpoint_retry``: directory, step, error (its first failed restore; tried once more)
+* ``checkpoint_unreadable``: directory, step, error (failed twice)
 * ``checkpoint_set_aside``: directory, step, restored, moved_to
 * ``buffer_restart``: buffer, reason, error, restart
 * ``replay_restored``: learner, step, items

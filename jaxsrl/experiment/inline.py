@@ -41,6 +41,13 @@ def legacy_key(data: dict, path: str) -> dict:
     return data
 
 
+def saved_mode(data: dict) -> dict:
+    """A run's ``config.json`` (after :func:`legacy_key`) with the mode it ran: one saved
+    before the ``inference`` setting existed (no ``inference`` key) ran inference servers,
+    and resumes with them rather than as ``auto``."""
+    return data if "inference" in data else {**data, "inference": "server"}
+
+
 def auto_mode(cfg: Any, flow: Any, off_policy: bool, accelerator: bool) -> tuple[str, str]:
     """What ``inference="auto"`` runs: ``("inline" | "server", why)``.
 

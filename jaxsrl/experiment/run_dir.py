@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 
 import filelock
@@ -151,12 +152,15 @@ class RunDir:
 
     def write_config(self, config: dict) -> None:
         """Write ``config.json`` (creating the folder), marked as jaxsrl's
-        (``"jaxsrl": {"format": 1, "version": ...}``, first)."""
+        (``"jaxsrl": {"format": 1, "version": ...}``, first); written to ``config.json.tmp``
+        and renamed over the old file, so a kill leaves the old or the new one whole."""
         os.makedirs(self.path, exist_ok=True)
         marked = {MARKER_KEY: {"format": FORMAT, "version": jaxsrl.__version__}}
         marked.update((k, v) for k, v in config.items() if k != MARKER_KEY)  # a read one's: renewed
-        with open(self.config_path, "w") as f:
+        tmp = self.config_path + ".tmp"  # written beside and renamed: a kill leaves one whole
+        with open(tmp, "w") as f:
             json.dump(marked, f, indent=2)
+        os.replace(tmp, self.config_path)
 
     def read_config(self) -> dict:
         """The run's ``config.json``.
@@ -222,8 +226,10 @@ class RunFolderError(ValueError):
 
 
 def is_run_entry(name: str) -> bool:
-    """Whether a folder entry ``name`` is one a run writes (:data:`RUN_ENTRIES`, TensorBoard)."""
-    return name in RUN_ENTRIES or name.startswith(TENSORBOARD_PREFIX)
+    """Whether a folder entry ``name`` is one a run writes (:data:`RUN_ENTRIES`, TensorBoard,
+    the earlier configs a resume kept: ``config.<n>.json``)."""
+    return (name in RUN_ENTRIES or name.startswith(TENSORBOARD_PREFIX)
+            or re.fullmatch(r"config\.\d+\.json", name) is not None)
 
 
 def run_entries(logdir: str) -> list[str]:

@@ -35,9 +35,9 @@ import time
 from typing import Any
 
 
-from jaxsrl.experiment import config as config_lib
 from jaxsrl.experiment import events
 from jaxsrl.experiment import inline as inline_lib
+from jaxsrl.experiment import resume as resumption
 from jaxsrl.experiment import run_dir as run_folder
 from jaxsrl.experiment.metrics import Clock
 from jaxsrl.experiment.run_dir import RunDir
@@ -111,10 +111,6 @@ def _configure(cfg: Any) -> None:
                     "(anyone who can reach this host can send samples)", cfg.host)
 
 
-def _write_config(cfg: Any, logdir: str) -> None:
-    RunDir(logdir).write_config(config_lib.to_dict(cfg) | {"logdir": logdir})
-
-
 def _inference_mode(cfg: Any, flow: Any, setup: Any, placement: Any) -> tuple[Any, str]:
     """``cfg`` with ``inference="auto"`` resolved (:func:`inline_lib.auto_mode`), and why."""
     if cfg.inference != "auto":
@@ -163,11 +159,18 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     run: Run | None = None
     try:
         setup = wiring.agent_setup(cfg, flow, placement)  # ValueErrors before anything starts
+        requested = cfg.inference
         cfg, why = _inference_mode(cfg, flow, setup, placement)
+        config = resumption.config_record(cfg, requested, logdir)  # config.json
+        if cfg.resume:  # refused before anything is written; config.json once restored
+            resumption.check(cfg, setup, logdir)
+            why = resumption.inference_reason(RunDir(logdir).config_or_empty(), why)
         # Every check has passed (config, devices, agent against the env's spaces,
-        # inference mode): only now is the run folder changed.
+        # inference mode, on resume the checkpoint's structure): only now is the run
+        # folder changed.
         run_folder.prepare(logdir, cfg.overwrite)
-        _write_config(cfg, logdir)
+        if not cfg.resume:
+            RunDir(logdir).write_config(config)
         where = devices_line(placement.local_mesh.devices.flat, placement.processes,
                              cfg.inline_inference, cfg.remote_inference,
                              os.environ.get("JAX_PLATFORMS", ""))
@@ -179,7 +182,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
                     cfg.env, logdir, " (resumed)" if cfg.resume else "", why, where)
         run = wiring.new_run(cfg, setup.flow, logdir, clock, placement, spawner)
         old_handlers = install_stop_handlers()
-        wiring.start(run, setup)
+        wiring.start(run, setup, restored=lambda: resumption.commit_config(logdir, config))
         record.update(ControlLoop(run)())
     finally:
         # A second signal (e.g. from a process manager) must not cut the cleanup short.

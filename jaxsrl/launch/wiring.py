@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import zmq
@@ -23,6 +23,7 @@ import zmq
 from jaxsrl.core.agent import AgentFns, EnvSpec
 from jaxsrl.envs import env_has_idle_rows
 from jaxsrl.experiment import events
+from jaxsrl.experiment import resume as resumption
 from jaxsrl.experiment.agent_build import agent_spec, factory_of_run
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.experiment.metrics import MetricsWriter, PolicyMetrics
@@ -170,8 +171,9 @@ def new_run(cfg: Any, flow: Any, logdir: str, clock: Any, placement: Any, spawne
     return Run(cfg, flow, logdir, clock, placement, spawner or local_spawner, cfg.host, context)
 
 
-def start(run: Run, setup: AgentSetup) -> None:
-    """Build and start every worker and actor of ``run``.
+def start(run: Run, setup: AgentSetup, restored: Callable[[], None] = lambda: None) -> None:
+    """Build and start every worker and actor of ``run``; ``restored`` is called once
+    the trainers' states are built (restored, on ``--resume``), before anything starts.
 
     Raises:
       ComponentDied: a worker failed to start.
@@ -185,6 +187,7 @@ def start(run: Run, setup: AgentSetup) -> None:
     run.population = Population.of_run(cfg, run.logdir, run.metrics)  # None without --population
     buffers = _buffer_processes(run, setup)  # None unless a buffer has placement "process"
     _build_trainers(run, setup, buffers)
+    restored()
     if buffers is not None:
         buffers.metrics_of = {s: run.trainers[s].metrics for s in buffers.streams()}
     run.selfplay = SelfPlay.of_run(run)  # opponent pools: None without [opponents]
@@ -254,7 +257,8 @@ def _build_trainers(run: Run, setup: AgentSetup, buffers: BufferProcesses | None
         version = 0
         if cfg.resume:
             tree, meta = ckpt.restore({"agent": state, "rng": rng}, set_aside_unreadable=True)
-            state, rng, version = tree["agent"], tree["rng"], int(meta["policy_version"])
+            state = resumption.apply_hyperparameters(tree["agent"], state, t.policy, cfg)
+            rng, version = tree["rng"], int(meta["policy_version"])
             run.metrics.env_steps = max(run.metrics.env_steps, int(meta.get("env_steps", 0)))
             events.emit(log, logging.INFO, "resumed", {"policy": t.policy, "version": version,
                         "env_steps": run.metrics.env_steps},

@@ -47,12 +47,14 @@ def test_inline_actor_processes_train_cartpole(tmp_path):
 
 def test_auto_runs_inline_on_a_cpu_only_machine_and_records_the_mode(tmp_path):
     """``--inference=auto`` (the default) picks inline here (no accelerator): the run's
-    ``config.json`` and ``run_start`` event say so, and no server batches."""
+    ``config.json`` (``inference_resolved``) and ``run_start`` event say so, and no
+    server batches."""
     logdir = str(tmp_path / "run")
     record = train(load_config(SMALL + ["--inference=auto", "--total_env_steps=3000",
                                         f"--logdir={logdir}"]))
     assert record["env_steps"] >= 3000
-    assert RunDir(logdir).read_config()["inference"] == "inline"
+    saved = RunDir(logdir).read_config()  # "auto" as given (resolved again on --resume)
+    assert (saved["inference"], saved["inference_resolved"]) == ("auto", "inline")
     (start,) = RunDir(logdir).read_events("run_start")
     assert start["inference"] == "inline"
     assert start["devices"].startswith("learner cpu:")  # the first log line names them
@@ -65,7 +67,8 @@ def test_auto_keeps_the_server_where_inline_does_not_fit(tmp_path):
     logdir = str(tmp_path / "run")
     train(load_config(SMALL + ["--inference=auto", "--inference_deadline_ms=1",
                                "--total_env_steps=3000", f"--logdir={logdir}"]))
-    assert RunDir(logdir).read_config()["inference"] == "server"
+    saved = RunDir(logdir).read_config()
+    assert (saved["inference"], saved["inference_resolved"]) == ("auto", "server")
     (start,) = RunDir(logdir).read_events("run_start")
     assert start["inference"] == "server"
     assert any("inference/batches" in r for r in _intervals(logdir))

@@ -2,12 +2,14 @@
 (``auto_mode``), the old ``--inline_inference`` flag and key still work, and the settings
 inline cannot honour are one-line errors (``jaxsrl/experiment/inline.py``)."""
 
+import dataclasses
 import json
 
 import pytest
 
 from jaxsrl.experiment.config import load_config, to_dict
 from jaxsrl.experiment.inline import auto_mode
+from jaxsrl.experiment.resume import config_record, inference_reason
 
 INLINE = "--inline_inference"
 
@@ -126,3 +128,46 @@ def test_a_policy_worker_of_several_servers_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"policy worker 'server' has count=2") as info:
         load_config([INLINE, f"--config={toml}"])
     assert "\n" not in str(info.value)
+
+
+def _saved_run(tmp_path, **changes):
+    """A run folder whose ``config.json`` is the defaults with ``changes`` (a value of
+    ``None`` removes the key)."""
+    logdir = tmp_path / "run"
+    (logdir / "checkpoints").mkdir(parents=True)
+    data = to_dict(load_config([f"--logdir={logdir}"]))
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key)
+        else:
+            data[key] = value
+    (logdir / "config.json").write_text(json.dumps(data))
+    return logdir
+
+
+def test_a_run_saved_before_the_inference_setting_resumes_with_servers(tmp_path):
+    """A ``config.json`` without ``inference`` (nor ``inline_inference``) is a run made
+    before inline inference existed: it ran inference servers, and resumes so (not as
+    ``auto``, which would pick inline on a CPU-only machine); the run_start line says why."""
+    logdir = _saved_run(tmp_path, inference=None)
+    cfg = load_config([f"--logdir={logdir}", "--resume"])
+    assert cfg.inference == "server"
+    saved = json.loads((logdir / "config.json").read_text())
+    assert "predates the inference setting" in inference_reason(saved, "server")
+    # a flag given now still wins
+    assert load_config([f"--logdir={logdir}", "--resume", INLINE]).inference == "inline"
+
+
+def test_auto_is_recorded_as_auto_and_resolved_again_on_resume(tmp_path):
+    """``config.json`` keeps ``inference = "auto"`` with the mode it ran
+    (``inference_resolved``): a resume resolves it again (on a GPU machine or with
+    learner processes it may be the server) and the run_start line says so."""
+    cfg = load_config([])
+    resolved = dataclasses.replace(cfg, inference="inline")  # what _inference_mode returns
+    record = config_record(resolved, cfg.inference, "runs/x")
+    assert record["inference"] == "auto" and record["inference_resolved"] == "inline"
+    logdir = _saved_run(tmp_path, inference="auto", inference_resolved="inline")
+    assert load_config([f"--logdir={logdir}", "--resume"]).inference == "auto"
+    why = inference_reason(record, "auto: server (the learner has an accelerator)")
+    assert why == ("auto: server (the learner has an accelerator); resolved again on resume "
+                   "(it ran inline before)")
