@@ -216,3 +216,26 @@ def test_resume_with_a_corrupt_newest_checkpoint_and_frequent_saves(tmp_path):
     _, meta = ckpt.restore(None, step=saved)  # the checkpoint the closing line names is readable
     assert meta["policy_version"] == saved and saved > steps[-2]
     ckpt.close()
+
+
+def test_a_resumed_runs_kept_configs_are_its_own_and_its_config_stays_marked(tmp_path):
+    """``config.<n>.json`` (kept by a resume that changed settings) is deleted by
+    ``--overwrite`` like the rest of the run; ``config.json`` rewritten on resume keeps
+    jaxsrl's marker, and no ``.tmp`` file is left."""
+    from jaxsrl.experiment.resume import commit_config
+
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    _run(logdir)
+    record = {"agent": "ppo", "env": "CartPole-v1", "total_env_steps": 1000}
+    RunDir(str(logdir)).write_config(record)
+    commit_config(str(logdir), {**record, "total_env_steps": 123_456})
+    assert (logdir / "config.1.json").exists()
+    assert RunDir(str(logdir)).read_config()["jaxsrl"]["format"] == 1
+    assert not (logdir / "config.json.tmp").exists()
+    lock = claim(str(logdir), resume=False, overwrite=True)
+    try:
+        assert "config.1.json" in prepare(str(logdir), overwrite=True)
+    finally:
+        lock.release()
+    assert not (logdir / "config.1.json").exists()
