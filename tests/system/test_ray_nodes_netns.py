@@ -4,8 +4,8 @@ The cluster (a module fixture) is three fake machines built by ``tests/netns_hos
 namespaces ``...-h1`` (head), ``...-h2`` and ``...-h3`` (workers), each with its own
 ``10.231.X.1N`` address on a bridge of this machine, and in each a Ray node started by
 ``ray start`` with ``--node-ip-address`` its address (``--temp-dir`` of its own,
-``--num-cpus`` and ``--object-store-memory`` small). The head has the custom resource
-``learner_node=1``, each worker ``actor_node=2``; runs ask for them with
+``--num-cpus`` and ``--object-store-memory`` small). The head (3 CPUs) has the custom
+resource ``learner_node=1``, each worker (2 CPUs) ``actor_node=2``; runs ask for them with
 ``--learner_resources=learner_node=1 --actor_resources=actor_node=1``, so the learner
 and inference run on the head and the actors on the workers. The driver runs in the
 head's namespace with ``--ray_address=HEAD:6379``.
@@ -157,7 +157,8 @@ def cluster():
     temp_root = tempfile.mkdtemp(prefix="rayn", dir="/tmp")  # short: Ray's socket paths
     with netns_hosts(3) as hosts:
         head_ip = hosts[0].ip
-        head = RayNode(hosts[0], ["--head", f"--port={HEAD_PORT}", "--num-cpus=1",
+        # CPUs to spare on the head: only --actor_resources keeps the actors off it.
+        head = RayNode(hosts[0], ["--head", f"--port={HEAD_PORT}", "--num-cpus=3",
                                   "--include-dashboard=false", '--resources={"learner_node": 1}'],
                        os.path.join(temp_root, "head"))
         workers = [RayNode(hosts[i], [f"--address={head_ip}:{HEAD_PORT}", "--num-cpus=2",
