@@ -39,7 +39,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                                             "save_replay"),
     "evaluation": ("eval_every", "eval_episodes"),
     "network and cluster": ("host", "curve", "ray_address", "actor_cpus", "learner_cpus",
-                            "learner_gpus"),
+                            "learner_gpus", "actor_resources", "learner_resources"),
     "population-based training": ("population", "pbt"),
     "self-play opponents": ("opponents",),
 }

@@ -33,6 +33,7 @@ from jaxsrl.experiment import population as population_lib
 from jaxsrl.experiment import selfplay as selfplay_lib
 from jaxsrl.experiment import switches
 from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
+from jaxsrl.experiment.ray_resources import parse_resources
 from jaxsrl.streams.security import check_curve_available
 from jaxsrl.experiment.run_dir import RunDir
 
@@ -162,6 +163,13 @@ class RunConfig:
     """--launcher=ray: CPUs the accelerator process (learner + inference) asks Ray for."""
     learner_gpus: float = 0.0
     """--launcher=ray: GPUs the accelerator process asks Ray for (0: runs on CPU)."""
+    actor_resources: str = ""
+    """--launcher=ray: Ray custom resources each actor process asks for, ``NAME=AMOUNT[,...]``
+    (e.g. ``actor_node=1``: actors run only on nodes started with ``ray start
+    --resources='{"actor_node": N}'``; ``docs/cluster.md``)."""
+    learner_resources: str = ""
+    """--launcher=ray: Ray custom resources the accelerator process (learner + inference)
+    asks for, ``NAME=AMOUNT[,...]`` (e.g. ``learner_node=1`` to pin it to the head)."""
     clip_actions: bool = True
     """Gymnasium ``Box`` actions are clipped to the action space's bounds before the
     environment steps (CleanRL's ``ClipAction``; the learner still sees the sampled
@@ -254,6 +262,11 @@ class RunConfig:
             value = getattr(self, name)
             if not value >= 0:
                 raise ValueError(f"{name}={value} must be >= 0")
+        for name in ("actor_resources", "learner_resources"):
+            if getattr(self, name):
+                if self.launcher != "ray":
+                    raise ValueError(f"{name}={getattr(self, name)!r} needs --launcher=ray")
+                parse_resources(getattr(self, name), name)
         if self.resume and self.overwrite:
             raise ValueError("--resume and --overwrite contradict each other: continue the run "
                              "in --logdir or replace it, not both")

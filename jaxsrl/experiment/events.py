@@ -37,6 +37,9 @@ Kinds, with their fields:
 * ``replay_restored``: learner, step, items
 * ``replay_refill``: learner, step, reason (``"not saved"``, ``"does not fit"`` with
   error, ``"buffer processes"``)
+* ``node_lost`` (``--launcher=ray``): node_id, node_ip, processes (``{"module",
+  "actor_id", "pid"}`` each: this run's processes that were on the node when Ray
+  declared it dead; ``jaxsrl/launch/ray_nodes.py``)
 * ``run_end``: env_steps, checkpoints (policy -> saved version or null)
 """
 

@@ -48,7 +48,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without Ray inst
     raise ImportError("--launcher=ray needs Ray: pip install -e '.[ray]'") from exc
 
 from jaxsrl.core.paths import REPO_ROOT
-from jaxsrl.launch.ray_spawner import ACTOR_MODULE, LEARNER_MODULE, RaySpawner, spawner_for
+from jaxsrl.launch.ray_spawner import (ACTOR_MODULE, LEARNER_MODULE, RaySpawner, resource_option,
+                                       spawner_for)
 from jaxsrl.launch.supervision import ComponentDied
 from jaxsrl.streams import security
 
@@ -194,8 +195,9 @@ def train_on_ray(cfg: Any) -> dict:
 
     Connects to ``cfg.ray_address`` (or starts a one-node cluster, shut down at the end;
     an already connected driver is used as it is), runs the accelerator process in an
-    :class:`AcceleratorHost` (``num_cpus=learner_cpus``, ``num_gpus=learner_gpus``)
-    whose actors are Ray actors (``num_cpus=actor_cpus``), and waits for it.
+    :class:`AcceleratorHost` (``num_cpus=learner_cpus``, ``num_gpus=learner_gpus``, the
+    custom resources of ``learner_resources``) whose actors are Ray actors
+    (``num_cpus=actor_cpus`` and ``actor_resources``), and waits for it.
     ``cfg.logdir`` is made absolute: it is a path on the accelerator's node (use a
     shared filesystem to read it elsewhere).
 
@@ -214,10 +216,12 @@ def train_on_ray(cfg: Any) -> dict:
     started = connect(cfg)
     host = None
     try:
-        options = {"num_cpus": cfg.learner_cpus, "num_gpus": cfg.learner_gpus}
+        options = {"num_cpus": cfg.learner_cpus, "num_gpus": cfg.learner_gpus,
+                   **resource_option(cfg.learner_resources, "learner_resources")}
         host = ray.remote(AcceleratorHost).options(max_restarts=0, **options).remote()
-        log.info("placing the accelerator process (%s); actors ask for num_cpus=%g each; "
-                 "logs in %s", options, cfg.actor_cpus, cfg.logdir)
+        log.info("placing the accelerator process (%s); actors ask for num_cpus=%g%s each; "
+                 "logs in %s", options, cfg.actor_cpus,
+                 f" and {cfg.actor_resources}" if cfg.actor_resources else "", cfg.logdir)
         try:
             where = ray.get(host.where.remote(), timeout=START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:

@@ -21,6 +21,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without Ray inst
     raise ImportError("--launcher=ray needs Ray: pip install -e '.[ray]'") from exc
 
 from jaxsrl.core.paths import child_env
+from jaxsrl.experiment.ray_resources import parse_resources
+from jaxsrl.launch.ray_nodes import NodeWatch
 from jaxsrl.launch.supervision import ComponentDied
 
 ACTOR_MODULE = "jaxsrl.workers.actor"
@@ -42,7 +44,7 @@ class ProcessHost:
         self.proc: subprocess.Popen | None = None
 
     async def start(self, argv: list[str], env: dict[str, str], prefix: Sequence[str] = ()) -> dict:
-        """Start ``prefix + argv`` here; return ``{"pid", "node_ip"}``.
+        """Start ``prefix + argv`` here; return ``{"pid", "node_ip", "node_id"}``.
 
         ``python -m`` commands run with this node's interpreter; a JSON spec's
         ``parent_pid`` becomes this host's pid (the child dies with its host); the
@@ -58,7 +60,8 @@ class ProcessHost:
         node_ip = ray.util.get_node_ip_address()
         self.proc = subprocess.Popen([*prefix, *argv], env=child_env({NODE_IP_ENV: node_ip, **env}),
                                      start_new_session=True)
-        return {"pid": self.proc.pid, "node_ip": node_ip}
+        return {"pid": self.proc.pid, "node_ip": node_ip,
+                "node_id": ray.get_runtime_context().get_node_id()}
 
     async def wait_exit(self) -> int:
         """The child's exit status once it has exited (negative: killed by that signal)."""
@@ -75,19 +78,28 @@ class RayProcess:
     """``subprocess.Popen``-like handle of a process hosted by a :class:`ProcessHost`.
 
     ``poll`` and ``wait`` watch one pending ``wait_exit`` result (no remote call per
-    poll). A host that dies (node lost, ``ray.kill``) reads as ``-SIGKILL``. Once the
-    process has exited, the host is killed so its resources are free for a restart.
+    poll). A host that dies (node lost, ``ray.kill``) reads as ``-SIGKILL`` and
+    ``lost_reason`` names its node; the spawner's :class:`~jaxsrl.launch.ray_nodes.NodeWatch`
+    hears of every exit. Once the process has exited, the host is killed so its
+    resources are free for a restart.
 
     Attributes:
-      pid: the process id on its node (``node_ip``).
+      pid: the process id on its node (``node_ip``; -1 if the host died while starting it).
+      node_ip, node_id: the Ray node it runs on ("" if unknown).
       returncode: ``None`` while running, then the exit status.
+      lost_reason: "" or, once its host died, words naming the node: ``"lost with its
+        Ray node 10.0.0.2 (node id 1a2b3c4d...)"`` if Ray already counts that node dead,
+        else ``"its Ray host on node 10.0.0.2 died (ActorDiedError)"``.
       args: the command, for ``subprocess.TimeoutExpired``.
     """
 
-    def __init__(self, host: Any, pid: int, node_ip: str, args: list[str]):
-        self.pid, self.node_ip, self.args = pid, node_ip, args
+    def __init__(self, host: Any, pid: int, node_ip: str, args: list[str], node_id: str = "",
+                 watch: NodeWatch | None = None):
+        self.pid, self.node_ip, self.node_id, self.args = pid, node_ip, node_id, args
         self.returncode: int | None = None
+        self.lost_reason = ""
         self._host = host
+        self._watch = watch
         self._exit = host.wait_exit.remote()
 
     def poll(self) -> int | None:
@@ -123,8 +135,15 @@ class RayProcess:
     def _finish(self) -> None:
         try:
             self.returncode = ray.get(self._exit)
-        except ray.exceptions.RayError:  # the host (or its node) died, and the process with it
+            if self._watch is not None:
+                self._watch.ended(self.node_id, self.pid)
+        except ray.exceptions.RayError as exc:  # the host (or its node) died, and the process with it
             self.returncode = -signal.SIGKILL
+            if self._watch is not None and self._watch.is_lost(self.node_id):
+                self.lost_reason = (f"lost with its Ray node {self.node_ip} "
+                                    f"(node id {self.node_id[:8]}...)")
+            else:  # Ray may count the node dead later: the watch's node_lost event says so
+                self.lost_reason = f"its Ray host on node {self.node_ip or '?'} died ({type(exc).__name__})"
         ray.kill(self._host)
 
 
@@ -144,6 +163,7 @@ class RaySpawner:
         self.resources = dict(resources or {})
         self.default = dict(default or {"num_cpus": 1.0})
         self.start_timeout_s = start_timeout_s
+        self.watch = NodeWatch()  # names the processes lost with a node (node_lost events)
 
     def options_for(self, argv: Sequence[str]) -> dict:
         module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else None
@@ -162,14 +182,35 @@ class RaySpawner:
                 f"{self.start_timeout_s:.0f} s: no node has those resources free "
                 f"(available: {ray.available_resources()})") from None
         except ray.exceptions.RayActorError:  # the host died (e.g. its node): reads as killed
-            info = {"pid": -1, "node_ip": ""}
-        return RayProcess(host, info["pid"], info["node_ip"], [*prefix, *argv])
+            info = {"pid": -1, "node_ip": "", "node_id": ""}
+        module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else argv[0]
+        try:
+            actor_id = json.loads(argv[-1]).get("actor_id")
+        except (ValueError, AttributeError):
+            actor_id = None
+        self.watch.placed(info["node_id"], info["node_ip"], info["pid"], module, actor_id)
+        return RayProcess(host, info["pid"], info["node_ip"], [*prefix, *argv], info["node_id"],
+                          self.watch)
+
+
+def resource_option(text: str, flag: str) -> dict:
+    """``{"resources": {...}}`` for a ``NAME=AMOUNT[,...]`` flag value, ``{}`` for "".
+
+    Raises:
+      ValueError: a malformed value (see :func:`~jaxsrl.experiment.ray_resources.parse_resources`).
+    """
+    resources = parse_resources(text, flag)
+    return {"resources": resources} if resources else {}
 
 
 def spawner_for(cfg: Any) -> RaySpawner:
-    """The spawner of a run: actors ask for ``num_cpus=cfg.actor_cpus``, learner
-    processes (``--num_learner_processes``) for what the accelerator process asks,
-    anything else (remote inference servers) for one CPU."""
-    learner = {"num_cpus": cfg.learner_cpus, "num_gpus": cfg.learner_gpus}
-    actor = {"num_cpus": cfg.actor_cpus}
+    """The spawner of a run: actors ask for ``num_cpus=cfg.actor_cpus`` and the custom
+    resources of ``--actor_resources``, spread over the nodes that have them (Ray's
+    ``SPREAD``: a lost node takes fewer actors with it); learner processes
+    (``--num_learner_processes``) for what the accelerator process asks; anything
+    else (remote inference servers) for one CPU."""
+    learner = {"num_cpus": cfg.learner_cpus, "num_gpus": cfg.learner_gpus,
+               **resource_option(cfg.learner_resources, "learner_resources")}
+    actor = {"num_cpus": cfg.actor_cpus, "scheduling_strategy": "SPREAD",
+             **resource_option(cfg.actor_resources, "actor_resources")}
     return RaySpawner({ACTOR_MODULE: actor, INLINE_MODULE: actor, LEARNER_MODULE: learner})

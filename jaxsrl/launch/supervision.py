@@ -148,7 +148,8 @@ class ActorSupervisor:
             addresses = sorted({s["sample_address"] for s in a.spec["streams"]})
             raise ComponentDied(f"{a.name} timed out waiting for its learner "
                                 f"({', '.join(addresses)}) to take samples")
-        reason = reason or ("hung" if hung else exit_reason(code))
+        # A process whose Ray host died says so, naming the node (``RayProcess.lost_reason``).
+        reason = reason or ("hung" if hung else getattr(a.proc, "lost_reason", "") or exit_reason(code))
         error = read_error(a.spec.get("error_file")) if code == EXIT_ENV_ERROR else ""
         limit = self.cfg.max_actor_restarts
         if self.restarts >= limit:
