@@ -225,18 +225,44 @@ class RunFolderError(ValueError):
     """The run folder cannot be used for this run; the message says why and what to do."""
 
 
-def is_run_entry(name: str) -> bool:
+def is_run_entry(name: str, logdir: str | None = None) -> bool:
     """Whether a folder entry ``name`` is one a run writes (:data:`RUN_ENTRIES`, TensorBoard,
-    the earlier configs a resume kept: ``config.<n>.json``)."""
-    return (name in RUN_ENTRIES or name.startswith(TENSORBOARD_PREFIX)
-            or re.fullmatch(r"config\.\d+\.json", name) is not None)
+    the earlier configs a resume kept: ``config.<n>.json``; with ``logdir``, such a file
+    counts only if it holds jaxsrl's marker, :func:`is_run_config`)."""
+    if name in RUN_ENTRIES or name.startswith(TENSORBOARD_PREFIX):
+        return True
+    if re.fullmatch(r"config\.\d+\.json", name) is None:
+        return False
+    return logdir is None or is_run_config(os.path.join(logdir, name))
 
 
 def run_entries(logdir: str) -> list[str]:
     """The names in ``logdir`` that a run writes, sorted (``[]`` if it does not exist)."""
     if not os.path.isdir(logdir):
         return []
-    return sorted(n for n in os.listdir(logdir) if is_run_entry(n))
+    return sorted(n for n in os.listdir(logdir) if is_run_entry(n, logdir))
+
+
+#: Folders of a run that hold files by name (``errors/<worker>.txt``, ``eval/v<n>.json``):
+#: ``--overwrite`` deletes only the files so named, and the folder once empty.
+NAMED_FILES = {"errors": r".+\.txt", "eval": r"v\d+\.json"}
+
+
+def _delete_entry(logdir: str, name: str) -> None:
+    """Delete the run's entry ``name`` of ``logdir`` (in :data:`NAMED_FILES` folders, only
+    the files a run writes there)."""
+    target = os.path.join(logdir, name)
+    if name in NAMED_FILES and os.path.isdir(target) and not os.path.islink(target):
+        for child in os.listdir(target):
+            path = os.path.join(target, child)
+            if re.fullmatch(NAMED_FILES[name], child) and os.path.isfile(path):
+                os.remove(path)
+        if not os.listdir(target):
+            os.rmdir(target)
+    elif os.path.isdir(target) and not os.path.islink(target):
+        shutil.rmtree(target)
+    else:
+        os.remove(target)
 
 
 def is_run_config(path: str) -> bool:
@@ -345,11 +371,7 @@ def prepare(logdir: str, overwrite: bool) -> list[str]:
         return []
     entries = run_entries(logdir)
     for name in sorted(entries, key=lambda n: n == CONFIG_NAME):
-        target = os.path.join(logdir, name)
-        if os.path.isdir(target) and not os.path.islink(target):
-            shutil.rmtree(target)
-        else:
-            os.remove(target)
+        _delete_entry(logdir, name)
     if entries:
         log.info("--overwrite: deleted the earlier run in %s (%s); other files kept", logdir,
                  ", ".join(entries))

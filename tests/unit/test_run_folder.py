@@ -239,3 +239,27 @@ def test_a_resumed_runs_kept_configs_are_its_own_and_its_config_stays_marked(tmp
     finally:
         lock.release()
     assert not (logdir / "config.1.json").exists()
+
+
+def test_overwrite_keeps_user_files_that_only_look_like_the_runs(tmp_path):
+    """A ``config.<n>.json`` without jaxsrl's marker, and files in ``eval/`` or ``errors/``
+    not named as a run names them there, survive ``--overwrite``."""
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    _run(logdir)
+    (logdir / "config.7.json").write_text('{"lr": 1}')
+    (logdir / "eval").mkdir()
+    (logdir / "eval" / "v3.json").write_text("{}")
+    (logdir / "eval" / "my_notes.txt").write_text("mine")
+    (logdir / "errors" / "todo.md").write_text("mine")
+    lock = claim(str(logdir), resume=False, overwrite=True)
+    try:
+        prepare(str(logdir), overwrite=True)
+    finally:
+        lock.release()
+    assert (logdir / "config.7.json").read_text() == '{"lr": 1}'
+    assert (logdir / "eval" / "my_notes.txt").read_text() == "mine"
+    assert (logdir / "errors" / "todo.md").read_text() == "mine"
+    assert not (logdir / "eval" / "v3.json").exists()
+    assert not (logdir / "errors" / "actor0.txt").exists()
+    assert not (logdir / "config.json").exists() and not (logdir / "checkpoints").exists()
