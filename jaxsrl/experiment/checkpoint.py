@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
+import sys
 import threading
 from typing import Any
 
@@ -254,6 +255,7 @@ class Checkpointer:
         try:
             return self._restore(like, step)
         except Exception as exc:  # noqa: BLE001
+            quiet_orbax_leftovers()
             if is_out_of_memory(exc):
                 raise
             events.emit(log, logging.WARNING, "checkpoint_retry",
@@ -274,6 +276,31 @@ class Checkpointer:
         """Wait for pending saves and release the manager."""
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def quiet_orbax_leftovers() -> None:
+    """Drop the "Exception ignored in: <coroutine ...>" reports of Orbax's read coroutines.
+
+    A failed restore leaves Orbax's per-array read coroutines (``_read_array_index_and_
+    device_put``) unfinished; when they are collected later, Python prints each one's
+    traceback (dozens per damaged checkpoint, thousands of lines, long after the one-line
+    ``checkpoint_retry`` / ``checkpoint_unreadable`` warning that already names the
+    error). From the first failed restore on, the process's ``sys.unraisablehook`` drops
+    reports whose object is a coroutine of Orbax's code and passes every other one on.
+    Installed once per process.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "_jaxsrl_quiet_orbax", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        code = getattr(unraisable.object, "cr_code", None)
+        if code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename:
+            return
+        previous(unraisable)
+
+    hook._jaxsrl_quiet_orbax = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 def _one_line(exc: BaseException, limit: int = 200) -> str:
