@@ -24,3 +24,8 @@ for _d in (TESTS, *(os.path.join(TESTS, t) for t in TIERS)):
 
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+
+# The suite does not depend on the caller's display switches: a JAXSRL_PROGRESS=0 left in
+# the environment (e.g. by a script that ran a job first) would turn off the progress bar
+# that tests/unit/test_numbers.py and test_plot.py draw. Tests that want it set it.
+os.environ.pop("JAXSRL_PROGRESS", None)

@@ -190,7 +190,7 @@ class InlineActor(Actor):
             except BaseException as exc:  # noqa: BLE001  (raised again in the actor's thread)
                 errors.append(exc)
 
-        thread = threading.Thread(target=compile_all, name=f"{self.name} compile", daemon=True)
+        thread = threading.Thread(target=compile_all, name=f"compile of act ({self.name})", daemon=True)
         thread.start()
         while thread.is_alive():
             if self.stop.is_set():
