@@ -184,3 +184,22 @@ def test_trajectory_type_is_the_agents():
     env, fns, state, carry, rollout = _setup()
     _, traj, _ = rollout(state.params, carry, jax.random.PRNGKey(2), 0)
     assert isinstance(traj, Trajectory)
+
+
+def test_a_terminal_step_at_the_time_limit_is_terminated_not_truncated():
+    """gymnax reports both flags there; the CPU path (GymVectorEnv) reports
+    ``truncated and not terminated``: no bootstrap from a terminal state."""
+    _gymnax()
+    from gymnax.environments.classic_control.cartpole import EnvState
+    from jaxsrl.envs.jax_native.gymnax_env import EnvCarry
+    env = registry.make("gymnax:CartPole-v1", {"max_steps_in_episode": MAX_STEPS})
+    one = lambda v, dt=jnp.float32: jnp.full((2,), v, dt)
+    # Row 0: the pole falls on the last allowed step; row 1: upright at the time limit.
+    state = EnvState(x=one(0.0), x_dot=one(0.0), theta=jnp.array([0.2, 0.0]),
+                     theta_dot=jnp.array([2.0, 0.0]), time=one(MAX_STEPS - 1, jnp.int32))
+    carry = EnvCarry(state, jnp.zeros((2, 4)), one(0.0), one(MAX_STEPS - 1, jnp.int32))
+    _, out = env.step(carry, jnp.array([1, 1], jnp.int32), jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(out.terminated, [True, False])
+    np.testing.assert_array_equal(out.truncated, [False, True])
+    assert not np.asarray(out.final_obs[0]).any() and np.asarray(out.final_obs[1]).any()
+    np.testing.assert_array_equal(out.episode_length, [MAX_STEPS, MAX_STEPS])
