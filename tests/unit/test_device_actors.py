@@ -4,6 +4,8 @@ rollout-and-learn step against a rollout followed by ``learn``."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import gymnasium
@@ -18,6 +20,7 @@ from jaxsrl.envs import make_actor_env, make_env
 from jaxsrl.envs.jax_native import is_jax_native, registry
 from jaxsrl.streams.segment import segment_schema, to_trajectory
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N, T, MAX_STEPS = 8, 8, 5  # truncations inside every segment
 
 
@@ -167,17 +170,44 @@ def test_the_equality_catches_a_wrong_bootstrap_of_truncated_episodes():
         _assert_same(fused[0], separate[0])
 
 
-def test_fused_step_sharded_over_devices_runs_and_keeps_the_layout():
+TWO_DEVICES = r"""
+import jax, jax.numpy as jnp, numpy as np
+from agents import get_agent
+from jaxsrl.core.agent import EnvSpec
+from jaxsrl.envs.jax_native import registry
+from jaxsrl.parallel import devices
+from jaxsrl.workers.device.fused import jit_fused_step, make_fused_step, put_env_carry
+from jaxsrl.workers.device.rollout import make_rollout
+
+assert len(jax.devices()) == 2, jax.devices()
+env = registry.make("gymnax:CartPole-v1", {"max_steps_in_episode": 5})
+agent = get_agent("ppo")
+fns = agent.make(agent.config_cls(), EnvSpec(env.observation_space, env.action_space), 10)
+step = make_fused_step(make_rollout(env, fns.act, 8), fns.learn)
+state, carry = fns.init(jax.random.PRNGKey(0)), env.reset(jax.random.PRNGKey(1), 8)
+args = (jax.random.PRNGKey(5), jnp.int32(0))
+one = jax.jit(step, device=jax.devices()[0])(state, carry, *args)
+mesh = devices.local_mesh()
+carry2 = put_env_carry(carry, mesh)
+assert len(carry2.obs.addressable_shards) == 2
+two = jit_fused_step(step, mesh)(devices.put_replicated(state, mesh), carry2, *args)
+assert two[1].obs.sharding.shard_shape(two[1].obs.shape) == (4, 4)  # envs stay split
+for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(two)):
+    np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                               rtol=1e-5, atol=1e-5)
+print("TWO_DEVICES_MATCH_OK")
+"""
+
+
+def test_fused_step_sharded_over_two_devices_matches_one_device():
+    """Environments split over 2 (fake CPU) devices, learner state replicated: the same
+    result as on one device. The device count is fixed when JAX starts: a subprocess."""
     _gymnax()
-    from jaxsrl.parallel import devices
-    from jaxsrl.workers.device.fused import jit_fused_step, make_fused_step, put_env_carry
-    env, fns, state, carry, rollout = _setup()
-    mesh = devices.local_mesh()
-    step = jit_fused_step(make_fused_step(rollout, fns.learn), mesh)
-    state = devices.put_replicated(state, mesh)
-    out = step(state, put_env_carry(carry, mesh), jax.random.PRNGKey(5), jnp.int32(0))
-    assert int(out[0].update_step) == 1 and out[1].obs.shape == (N, 4)
-    assert isinstance(out[4].count, jax.Array)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO_ROOT)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+    proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert "TWO_DEVICES_MATCH_OK" in proc.stdout, proc.stdout + proc.stderr[-3000:]
 
 
 def test_trajectory_type_is_the_agents():
