@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 from typing import Any
 
 import jax
@@ -38,7 +39,6 @@ from jaxsrl.experiment.agent_build import factory_of_run
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
 from jaxsrl.experiment.run_dir import RunDir
-from jaxsrl.launch.control import install_stop_handlers
 from jaxsrl.parallel import devices
 from jaxsrl.parallel.compile_cache import enable_compilation_cache
 from jaxsrl.workers.device.fused import jit_fused_step, make_fused_step, put_env_carry
@@ -108,8 +108,32 @@ def train(cfg: Any, logdir: str) -> dict:
                 "rollout-and-learn step of %d steps per update (--num_actors, --envs_per_actor "
                 "and --inference do not apply)", cfg.agent, cfg.env, logdir,
                 " (resumed)" if cfg.resume else "", where, cfg.env, num_envs, T)
-    loop = _Loop(cfg, logdir, policy, fns, env, mesh, clock)
-    return loop.run() | {"logdir": logdir}
+    old_handlers = _install_stop_flag()
+    try:
+        loop = _Loop(cfg, logdir, policy, fns, env, mesh, clock)
+        return loop.run() | {"logdir": logdir}
+    finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+
+
+#: Set by SIGINT/SIGTERM; the loop raises ``KeyboardInterrupt`` between two steps.
+_STOP = threading.Event()
+
+
+def _on_signal(signum, frame) -> None:  # noqa: ARG001
+    _STOP.set()
+
+
+def _install_stop_flag() -> dict:
+    """SIGINT and SIGTERM set :data:`_STOP` (main thread only); returns the previous
+    handlers. A flag, not the launcher's ``KeyboardInterrupt`` at any bytecode: an
+    interrupt inside the step call would leave the learner state donated to a step
+    whose result is lost, and the final checkpoint unwritable."""
+    _STOP.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 class _Loop:
@@ -149,31 +173,26 @@ class _Loop:
     def run(self) -> dict:
         """Steps until ``total_env_steps`` or ``target_return``; always ends with a
         checkpoint and the closing metrics line."""
-        old_handlers = install_stop_handlers()
-        pending = None  # outputs of the step in flight: at most one is queued
+        # Outputs of the steps not counted yet (metrics, stats, version): the newest is
+        # in flight while the one before it is counted, so at most one step is queued.
+        queued: list = []
         try:
             while True:
+                if _STOP.is_set():
+                    raise KeyboardInterrupt("stop signal")
                 self.state, self.env_carry, self.rng, metrics, stats = self.step(
                     self.state, self.env_carry, self.rng, jnp.int32(self.version))
                 self.version += 1
-                if pending is not None:
-                    self._count(*pending)
-                pending = (metrics, stats, self.version)
+                queued.append((metrics, stats, self.version))
+                while len(queued) > 1:
+                    self._count(*queued.pop(0))  # blocks until that step has finished
                 if self._log_due() and self._done():
                     break
                 self._checkpoint_due()
-            self._count(*pending)
-            pending = None
-        finally:
-            for sig in old_handlers:  # a second signal must not cut the cleanup short
-                signal.signal(sig, signal.SIG_IGN)
-            try:
-                if pending is not None:
-                    self._count(*pending)
-                closing = self._close()
-            finally:
-                for sig, handler in old_handlers.items():
-                    signal.signal(sig, handler)
+        finally:  # a second signal only sets the flag again: the cleanup runs to its end
+            for item in queued:
+                self._count(*item)
+            closing = self._close()
         return closing
 
     def _count(self, metrics, stats, version) -> None:
@@ -225,10 +244,7 @@ class _Loop:
 
     def _close(self) -> dict:
         """Final checkpoint and the closing metrics line (the launcher's ``_shutdown``)."""
-        try:
-            self._save()
-        except Exception as exc:  # noqa: BLE001  (e.g. interrupted while a step held the donated state)
-            log.warning("device actors: no final checkpoint (%s)", " ".join(str(exc).split())[:200])
+        self._save()
         self.ckpt.close()
         closing = {k: v for k, v in self.metrics.snapshot(1.0).items()
                    if k == "env_steps" or k.startswith("policy_version") or isinstance(v, int)}

@@ -52,3 +52,32 @@ def test_train_py_on_device_actors_then_resume(tmp_path):
     assert out["env_steps"] >= 4096 and out["policy_version"] > version
     resumed = [e for e in run.read_events("resumed")]
     assert resumed and resumed[-1]["version"] == version
+
+
+def test_sigterm_saves_a_checkpoint_that_matches_the_closing_line(tmp_path):
+    """Ctrl-C/SIGTERM mid-run: exit 130, a checkpoint of the newest state and a closing
+    line counting exactly the updates it holds (batch_segments x segment_length each)."""
+    import signal
+    import time
+    logdir = str(tmp_path / "run")
+    env = dict(os.environ, JAXSRL_PROGRESS="0", PYTHONPATH=REPO_ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *SMALL,
+         "--total_env_steps=1000000000", f"--logdir={logdir}"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300  # a generous bound for the first metrics line
+        while not (os.path.exists(os.path.join(logdir, "metrics.jsonl"))
+                   and any("fps" in r for r in _records(logdir))):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=300) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    last = _records(logdir)[-1]
+    assert last["final"]
+    assert last["env_steps"] == last["policy_version"] * 8 * 16
+    steps = sorted(int(n) for n in os.listdir(RunDir(logdir).checkpoint_dir("default")) if n.isdigit())
+    assert steps[-1] == last["policy_version"]
