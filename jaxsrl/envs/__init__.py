@@ -8,7 +8,9 @@ process that builds the env (actors included), so its ``gymnasium.register`` cal
 raw whole-game returns). Multi-agent games are PettingZoo-style parallel environments:
 the names in :data:`MULTI_AGENT_ENVS` (ours), or ``module:factory`` for a function of
 yours returning a ``pettingzoo.ParallelEnv`` (``docs/writing_an_agent.md``, "A custom
-environment").
+environment"). JAX-native ids (``gymnax:CartPole-v1``, :mod:`jaxsrl.envs.jax_native`) pass
+:func:`check_env_name` but are stepped by device actors only: the functions here that
+build a CPU environment refuse them (:func:`_refuse_jax_native`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import gymnasium
 
 from jaxsrl.envs import atari
 from jaxsrl.envs.gym_vector import GymVectorEnv, single_spaces
+from jaxsrl.envs.jax_native import is_jax_native
 from jaxsrl.envs.mujoco_warnings import quiet_repeats
 from jaxsrl.envs.multi_agent import MultiAgentVectorEnv
 from jaxsrl.core.imports import import_module, is_reference
@@ -38,6 +41,8 @@ def multi_agent_factory(env_id: str) -> Callable[..., Any] | None:
     Raises:
       ValueError: the module of a ``module:...`` id cannot be imported.
     """
+    if is_jax_native(env_id):
+        return None
     if env_id in MULTI_AGENT_ENVS:
         module, defaults = MULTI_AGENT_ENVS[env_id]
         return functools.partial(import_module(module, f"--env={env_id}").make_env, **defaults)
@@ -69,9 +74,20 @@ def _registered(env_id: str) -> bool:
     return True
 
 
+def _refuse_jax_native(env_id: str) -> None:
+    """``ValueError`` for a JAX-native ``env_id``: without this, ``gymnax:CartPole-v1``
+    would read as ``module:EnvId`` and silently build Gymnasium's ``CartPole-v1``."""
+    if is_jax_native(env_id):
+        raise ValueError(f"--env={env_id} is a JAX-native environment: device actors step it "
+                         "(python scripts/train.py), not CPU actors or evaluation")
+
+
 def check_env_name(env_id: str) -> None:
     """Raise ``ValueError`` naming ``env_id`` if it is neither ours, a ``module:factory``,
-    nor a (``module:``) Gymnasium id."""
+    nor a (``module:``) Gymnasium id. A JAX-native id (``gymnax:<EnvId>``) passes here;
+    its library and id are checked when the device path builds it."""
+    if is_jax_native(env_id):
+        return
     if multi_agent_factory(env_id) is not None:
         return
     if atari.is_atari(env_id):
@@ -89,6 +105,7 @@ def make_actor_env(env_id: str, num_envs: int, seed: int, env_kwargs: dict | Non
                    clip_actions: bool = True) -> Any:
     """Build the group of ``num_envs`` environments that one actor ring slot steps
     (``clip_actions``: Gymnasium ``Box`` actions, see ``GymVectorEnv``)."""
+    _refuse_jax_native(env_id)
     check_env_name(env_id)
     factory = multi_agent_factory(env_id)
     if factory is not None:
@@ -105,6 +122,7 @@ def make_env(env_id: str, env_kwargs: dict | None = None, render_mode: str | Non
 
     ``render_mode`` reaches the constructor only when given (not ``None``): an env
     whose constructor has no ``render_mode`` keyword is built as in training."""
+    _refuse_jax_native(env_id)
     check_env_name(env_id)
     kwargs = dict(env_kwargs or {})
     if render_mode:
@@ -148,6 +166,7 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
     Raises:
       ValueError: unknown ``env_id`` (see :func:`check_env_name`).
     """
+    _refuse_jax_native(env_id)
     check_env_name(env_id)
     factory = multi_agent_factory(env_id)
     if factory is not None:

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from agents import get_agent
 from jaxsrl.core.agent import Agent, AgentFns, EnvSpec
 from jaxsrl.envs import EnvInfo, env_info
+from jaxsrl.envs.jax_native import is_jax_native
 from jaxsrl.experiment.config import to_dict
 
 log = logging.getLogger("jaxsrl.experiment.agent_build")
@@ -91,7 +92,16 @@ def agent_factory(agent: str, agent_config: Any, env: str, env_kwargs: Mapping |
     found = get_agent(agent, registry)
     if agent_config is None or isinstance(agent_config, Mapping):
         agent_config = agent_config_from_dict(found.config_cls, agent_config)
-    return AgentFactory(found, agent_config, env_info(env, dict(env_kwargs or {})))
+    return AgentFactory(found, agent_config, _env_info(env, dict(env_kwargs or {})))
+
+
+def _env_info(env: str, env_kwargs: dict) -> EnvInfo:
+    """:func:`jaxsrl.envs.env_info`, or for a JAX-native ``env`` the spaces of its
+    adapter (single-agent; its library is imported here, only for such an id)."""
+    if is_jax_native(env):
+        from jaxsrl.envs.jax_native import registry  # noqa: PLC0415  (imports JAX and gymnax)
+        return EnvInfo(*registry.spaces(env, env_kwargs), [None])
+    return env_info(env, env_kwargs)
 
 
 def factory_of_run(cfg: Any) -> AgentFactory:

@@ -51,8 +51,10 @@ class RunConfig:
     ``jaxsrl.core.agent.Agent`` (its hyperparameters are then ``--<Agent.name>.<field>``)."""
     env: str = "CartPole-v1"
     """Environment: a Gymnasium id (``module:EnvId`` imports ``module`` first, as
-    ``gymnasium.make`` does), ``hide_and_seek`` / ``hide_and_seek_full``, or
-    ``module:factory``, a function returning a PettingZoo ``ParallelEnv``."""
+    ``gymnasium.make`` does), ``hide_and_seek`` / ``hide_and_seek_full``,
+    ``module:factory``, a function returning a PettingZoo ``ParallelEnv``, or
+    ``gymnax:<EnvId>``, a JAX-native env stepped by device actors on the accelerator
+    (``docs/device_actors.md``; ``pip install 'jaxsrl[gymnax]'``)."""
     total_env_steps: int = 500_000
     """Stop after this many environment frames (all actors together). A lower bound: the
     run stops at the first check at or past it, so it overshoots by the segments in

@@ -79,6 +79,19 @@ class MetricsAccumulator:
                     self._counts[name + suffix] += 1
             self._counters["episodes" + suffix] += 1
 
+    def add_episodes(self, count: int, return_sum: float, length_sum: float) -> None:
+        """Record ``count`` finished episodes at once by the sums of their returns and
+        lengths (device actors count them on the accelerator); the same record keys as
+        ``count`` calls of :meth:`add_episode`."""
+        if count <= 0:
+            return
+        with self._lock:
+            for name, total in (("episode_return_mean", return_sum),
+                                ("episode_length_mean", length_sum)):
+                self._sums[name] += float(total)
+                self._counts[name] += int(count)
+            self._counters["episodes"] += int(count)
+
     def add_means(self, values: dict, prefix: str = "") -> None:
         """Add values averaged over the interval (e.g. the learner's losses)."""
         with self._lock:

@@ -23,6 +23,9 @@ inference server that kept serving (its host or network failed: counted as
 is restarted with a growing delay (:func:`restart_delay`); an environment that keeps
 failing stops the run with its error; a dead or stalled inference server or trainer
 stops the run with an error naming it.
+
+A JAX-native ``--env`` (``gymnax:CartPole-v1``) runs on device actors instead
+(:mod:`jaxsrl.launch.device_actors`): one branch of :func:`train`, same run folder.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from jaxsrl.experiment import resume as resumption
 from jaxsrl.experiment import run_dir as run_folder
 from jaxsrl.experiment.metrics import Clock
 from jaxsrl.experiment.run_dir import RunDir
-from jaxsrl.launch import wiring
+from jaxsrl.envs.jax_native import is_jax_native
+from jaxsrl.launch import device_actors, wiring
 from jaxsrl.launch.control import ControlLoop, Run, install_stop_handlers
 from jaxsrl.launch.placement import learner_placement
 from jaxsrl.launch.processes import Spawner, stop_all
@@ -96,6 +100,8 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     lock = run_folder.claim(logdir, cfg.resume, cfg.overwrite)
     try:
         with events.recording(RunDir(logdir).events_path):
+            if is_jax_native(cfg.env):  # device actors (Anakin): their own run loop
+                return device_actors.train(cfg, logdir)
             return _train(cfg, spawner, logdir)
     finally:
         lock.release()

@@ -1,0 +1,260 @@
+"""The run loop of device actors (Podracer's Anakin; ``docs/device_actors.md``): a run
+whose environment is JAX-native (``--env=gymnax:CartPole-v1``) steps its environments
+on the accelerator, next to the policy, instead of in actor processes.
+
+One compiled step (:func:`jaxsrl.workers.device.fused.make_fused_step`) rolls
+``batch_segments`` environments out for ``segment_length`` steps with the agent's own
+``act`` and runs its ``learn`` on that trajectory, sharded over the local devices like
+the learner. Everything around it is the launcher's: the run folder and its lock,
+``config.json``, ``metrics.jsonl`` (the same keys: ``env_steps``, ``fps``,
+``episode_return_mean``, ``policy_version``, the learner's losses, ``staleness_mean``
+0), TensorBoard and the progress bar (:class:`~jaxsrl.experiment.metrics.MetricsWriter`),
+checkpoints in ``checkpoints/<policy>/<version>`` holding ``{"agent", "rng"}`` as a
+trainer's do, ``--resume``, ``--target_return`` and Ctrl-C/SIGTERM (a checkpoint, then
+the closing metrics line).
+
+Not here yet (refused with a one-line error): off-policy and recurrent agents,
+populations, self-play, ``[dataflow]`` tables, several learner processes, Ray, remote
+inference and periodic evaluation. ``--num_actors``, ``--envs_per_actor`` and
+``--ring_size`` do not apply: the device actors step ``batch_segments`` environments,
+one segment per row of each update.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxsrl.envs.jax_native import registry
+from jaxsrl.experiment import config as config_lib
+from jaxsrl.experiment import events
+from jaxsrl.experiment import run_dir as run_folder
+from jaxsrl.experiment.agent_build import factory_of_run
+from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.experiment.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
+from jaxsrl.experiment.run_dir import RunDir
+from jaxsrl.parallel import devices
+from jaxsrl.parallel.compile_cache import enable_compilation_cache
+from jaxsrl.workers.device.fused import jit_fused_step, make_fused_step, put_env_carry
+from jaxsrl.workers.device.rollout import make_rollout
+
+log = logging.getLogger("jaxsrl")
+
+
+def check_config(cfg: Any) -> None:
+    """Raise ``ValueError`` naming the first setting device actors cannot run."""
+    refused = [
+        (cfg.launcher == "ray", "--launcher=ray"),
+        (cfg.num_learner_processes > 1, "--num_learner_processes > 1"),
+        (bool(cfg.population), "--population"),
+        (bool(cfg.dataflow), "a [dataflow] table"),
+        (cfg.remote_inference, "--remote_inference"),
+        (cfg.inference != "auto", f"--inference={cfg.inference}"),
+        (cfg.eval_every > 0, "--eval_every (evaluation steps Gymnasium envs only)"),
+        (cfg.opponents.snapshot_every > 0, "self-play opponents"),
+    ]
+    for bad, what in refused:
+        if bad:
+            raise ValueError(f"--env={cfg.env} runs on device actors, which do not support "
+                             f"{what} yet (docs/device_actors.md)")
+
+
+def train(cfg: Any, logdir: str) -> dict:
+    """Run ``cfg`` (a JAX-native ``--env``) on device actors in the claimed run folder
+    ``logdir``; the launcher's :func:`~jaxsrl.launch.launcher.train` calls this.
+
+    Returns:
+      The closing metrics record (``env_steps``, ``policy_version``, the last
+      ``episode_return_mean``, ...) plus ``logdir``.
+
+    Raises:
+      ValueError: a setting device actors do not support (:func:`check_config`), an
+        off-policy or recurrent agent, ``batch_segments`` not divisible by the local
+        devices, or an unknown environment (before the run folder is changed).
+      KeyboardInterrupt: Ctrl-C or SIGTERM, after the checkpoint and closing line.
+    """
+    clock = Clock()
+    check_config(cfg)
+    enable_compilation_cache(cfg.compilation_cache_dir)
+    policy = cfg.get_dataflow().trainers[0].policy
+    fns = factory_of_run(cfg).make(cfg.num_updates())
+    if fns.replay is not None:
+        raise ValueError(f"--agent={cfg.agent} is off-policy: device actors run on-policy "
+                         "agents only yet (docs/device_actors.md)")
+    if fns.initial_carry(1) is not None:
+        raise ValueError(f"--agent={cfg.agent} is recurrent: device actors run feed-forward "
+                         "agents only yet (docs/device_actors.md)")
+    mesh = devices.local_mesh()
+    num_envs, T = cfg.batch_segments, cfg.segment_length
+    if num_envs % mesh.size:
+        raise ValueError(f"batch_segments={num_envs} is not divisible by the {mesh.size} "
+                         "local devices")
+    env = registry.make(cfg.env, cfg.env_kwargs, cfg.clip_actions)
+    # Every check has passed: only now is the run folder changed.
+    run_folder.prepare(logdir, cfg.overwrite)
+    RunDir(logdir).write_config(config_lib.to_dict(cfg) | {"logdir": logdir})
+    where = ", ".join(sorted({str(d) for d in mesh.devices.flat}))
+    events.emit(log, logging.INFO, "run_start",
+                {"agent": cfg.agent, "env": cfg.env, "resume": bool(cfg.resume),
+                 "launcher": cfg.launcher, "actors": "device", "pid": os.getpid()},
+                "run of %s on %s starts in %s%s; actors on the device (%s): %s is a JAX-native "
+                "environment, so its %d envs step next to the policy inside one compiled "
+                "rollout-and-learn step of %d steps per update (--num_actors, --envs_per_actor "
+                "and --inference do not apply)", cfg.agent, cfg.env, logdir,
+                " (resumed)" if cfg.resume else "", where, cfg.env, num_envs, T)
+    old_handlers = _install_stop_flag()
+    try:
+        loop = _Loop(cfg, logdir, policy, fns, env, mesh, clock)
+        return loop.run() | {"logdir": logdir}
+    finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+
+
+#: Set by SIGINT/SIGTERM; the loop raises ``KeyboardInterrupt`` between two steps.
+_STOP = threading.Event()
+
+
+def _on_signal(signum, frame) -> None:  # noqa: ARG001
+    _STOP.set()
+
+
+def _install_stop_flag() -> dict:
+    """SIGINT and SIGTERM set :data:`_STOP` (main thread only); returns the previous
+    handlers. A flag, not the launcher's ``KeyboardInterrupt`` at any bytecode: an
+    interrupt inside the step call would leave the learner state donated to a step
+    whose result is lost, and the final checkpoint unwritable."""
+    _STOP.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+class _Loop:
+    """State of one device-actor run: learner state, environments, counters, sinks."""
+
+    def __init__(self, cfg, logdir, policy, fns, env, mesh, clock):
+        self.cfg, self.logdir, self.policy, self.clock = cfg, logdir, policy, clock
+        self.num_envs, self.T = cfg.batch_segments, cfg.segment_length
+        # As the first trainer of a CPU run seeds itself (jaxsrl.launch.wiring).
+        rng, init_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
+        state = devices.put_replicated(fns.init(init_key), mesh)
+        self.ckpt = Checkpointer(RunDir(logdir).checkpoint_dir(policy), cfg.keep_checkpoints)
+        self.version, env_steps = 0, 0
+        if cfg.resume:
+            tree, meta = self.ckpt.restore({"agent": state, "rng": rng}, set_aside_unreadable=True)
+            state, rng = tree["agent"], tree["rng"]
+            self.version, env_steps = int(meta["policy_version"]), int(meta.get("env_steps", 0))
+            events.emit(log, logging.INFO, "resumed", {"policy": policy, "version": self.version,
+                        "env_steps": env_steps}, "resumed %s from version %d, %d env steps",
+                        policy, self.version, env_steps)
+        self.state, self.rng = state, rng
+        # Fresh episodes on every (re)start, as restarted actor processes begin them.
+        env_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed + 1), self.version)
+        self.env_carry = put_env_carry(env.reset(env_key, self.num_envs), mesh)
+        step = jit_fused_step(make_fused_step(make_rollout(env, fns.act, self.T), fns.learn),
+                              mesh)
+        t0 = clock()
+        self.step = step.lower(self.state, self.env_carry, self.rng,
+                               jnp.int32(self.version)).compile()
+        log.info("device actors: rollout-and-learn step compiled in %.1f s", clock() - t0)
+        self.metrics = MetricsAccumulator(env_steps)
+        self.metrics.set_version(policy, self.version)
+        self.writer = MetricsWriter(logdir)
+        self.last_log = self.last_ckpt = clock()
+        self.record: dict = {}
+
+    def run(self) -> dict:
+        """Steps until ``total_env_steps`` or ``target_return``; always ends with a
+        checkpoint and the closing metrics line."""
+        # Outputs of the steps not counted yet (metrics, stats, version): the newest is
+        # in flight while the one before it is counted, so at most one step is queued.
+        queued: list = []
+        try:
+            while True:
+                if _STOP.is_set():
+                    raise KeyboardInterrupt("stop signal")
+                self.state, self.env_carry, self.rng, metrics, stats = self.step(
+                    self.state, self.env_carry, self.rng, jnp.int32(self.version))
+                self.version += 1
+                queued.append((metrics, stats, self.version))
+                while len(queued) > 1:
+                    self._count(*queued.pop(0))  # blocks until that step has finished
+                if self._log_due() and self._done():
+                    break
+                self._checkpoint_due()
+        finally:  # a second signal only sets the flag again: the cleanup runs to its end
+            for item in queued:
+                self._count(*item)
+            closing = self._close()
+        return closing
+
+    def _count(self, metrics, stats, version) -> None:
+        """Add one finished step to the interval (blocks until it has finished)."""
+        metrics, stats = jax.device_get((metrics, stats))
+        self.metrics.add_env_steps(self.num_envs * self.T)
+        self.metrics.add_episodes(int(stats.count), float(stats.return_sum),
+                                  float(stats.length_sum))
+        self.metrics.add_means({k: float(v) for k, v in metrics.items()})
+        self.metrics.add_means({"staleness_mean": 0.0, "staleness_max": 0.0})  # fused: on-policy
+        self.metrics.set_version(self.policy, version)
+
+    def _log_due(self) -> bool:
+        """Write a metrics record when due (as the launcher's control loop does)."""
+        now = self.clock()
+        if self.metrics.env_steps < self.cfg.total_env_steps and \
+                now - self.last_log < self.cfg.log_interval_s:
+            return False
+        self.record = self.metrics.snapshot(now - self.last_log) | {"wall_time_s": now}
+        self.last_log = now
+        self.writer.write(self.record)
+        if self.writer.progress is None:  # the progress bar shows the same figures
+            log.info(console_line(self.record))
+        return True
+
+    def _done(self) -> bool:
+        if self.metrics.env_steps >= self.cfg.total_env_steps:
+            return True
+        ret, target = self.record.get("episode_return_mean"), self.cfg.target_return
+        if target is not None and ret is not None and ret >= target:
+            log.info("target return %.1f reached", target)
+            return True
+        return False
+
+    def _checkpoint_due(self) -> None:
+        if self.clock() - self.last_ckpt >= self.cfg.checkpoint_interval_s:
+            self.last_ckpt = self.clock()
+            self._save()
+
+    def _save(self) -> None:
+        """Checkpoint the newest state (host copies: the device buffers are donated to
+        the next step while Orbax writes)."""
+        if self.ckpt.latest_step() == self.version:
+            return
+        tree = jax.device_get({"agent": self.state, "rng": self.rng})
+        meta = {"policy_version": self.version, "env_steps": self.metrics.env_steps,
+                "wall_time_s": self.clock()}
+        self.ckpt.save(self.version, tree, meta)
+
+    def _close(self) -> dict:
+        """Final checkpoint and the closing metrics line (the launcher's ``_shutdown``)."""
+        self._save()
+        self.ckpt.close()
+        closing = {k: v for k, v in self.metrics.snapshot(1.0).items()
+                   if k == "env_steps" or k.startswith("policy_version") or isinstance(v, int)}
+        closing.update(wall_time_s=self.clock(), final=True)
+        self.writer.write(closing)
+        record = {k: v for k, v in closing.items() if k != "final"}
+        record.update(self.writer.last_returns)
+        self.writer.close()
+        events.emit(log, logging.INFO, "run_end",
+                    {"env_steps": record.get("env_steps"), "checkpoints": {self.policy: self.version}},
+                    "stopped after %.1f s; checkpoint of %s at version %d; logs in %s",
+                    self.clock(), self.policy, self.version, self.logdir)
+        return record

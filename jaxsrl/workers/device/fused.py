@@ -1,0 +1,48 @@
+"""The fused rollout-and-learn step of an on-policy agent on device actors: one
+compiled function rolls ``N`` environments out for ``T`` steps with the current
+parameters and runs ``learn`` on that trajectory (zero staleness: every action was
+chosen by the parameters being updated), sharded over the local devices like the
+learner (:mod:`jaxsrl.parallel.devices`: environments split along the ``"data"`` axis,
+learner state replicated)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+from jax.sharding import Mesh
+
+from jaxsrl.parallel import devices
+
+
+def make_fused_step(rollout: Callable, learn: Callable) -> Callable:
+    """``step(state, env_carry, rng, version) -> (state, env_carry, rng, metrics, stats)``.
+
+    Exactly ``rollout`` then ``learn``: ``rng`` is split into ``(rng, k_rollout,
+    k_learn)``; the rollout acts with ``state.params`` at policy ``version``; ``learn``
+    gets that trajectory and ``k_learn``. ``metrics`` are ``learn``'s, ``stats`` the
+    rollout's :class:`~jaxsrl.workers.device.rollout.EpisodeStats`.
+    """
+
+    def step(state, env_carry, rng, version):
+        rng, k_rollout, k_learn = jax.random.split(rng, 3)
+        env_carry, traj, stats = rollout(state.params, env_carry, k_rollout, version)
+        state, metrics = learn(state, traj, k_learn)
+        return state, env_carry, rng, metrics, stats
+
+    return step
+
+
+def jit_fused_step(step: Callable, mesh: Mesh) -> Callable:
+    """``step`` jitted over ``mesh``: the environment carry (``[N, ...]`` leaves)
+    sharded along its leading axis, everything else replicated; the learner state and
+    environment carry are donated (updated in place). ``N`` must be divisible by
+    ``mesh.size``."""
+    rep, shard = devices.replicated(mesh), devices.batch_sharded(mesh)
+    return jax.jit(step, in_shardings=(rep, shard, rep, rep),
+                   out_shardings=(rep, shard, rep, rep, rep), donate_argnums=(0, 1))
+
+
+def put_env_carry(env_carry: Any, mesh: Mesh) -> Any:
+    """Place an environment carry with its leading (environment) axis split over ``mesh``."""
+    return devices.put_batch(env_carry, mesh)

@@ -1,0 +1,83 @@
+"""Device actors end to end (issue 30): ``scripts/train.py --env=gymnax:CartPole-v1``
+writes the run folder a CPU run writes, and ``--resume`` continues it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jaxsrl.experiment.config import load_config
+from jaxsrl.experiment.run_dir import RunDir
+from jaxsrl.launch.launcher import train
+
+pytest.importorskip("gymnax")
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMALL = ["--env=gymnax:CartPole-v1", "--segment_length=16", "--batch_segments=8",
+         "--log_interval_s=0.5", "--ppo.hidden_sizes", "16", "16"]
+
+
+def _records(logdir):
+    with open(os.path.join(logdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_train_py_on_device_actors_then_resume(tmp_path):
+    logdir = str(tmp_path / "run")
+    env = dict(os.environ, JAXSRL_PROGRESS="0", PYTHONPATH=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *SMALL,
+         "--total_env_steps=2048", f"--logdir={logdir}"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first_line = next(line for line in proc.stderr.splitlines() if "starts in" in line)
+    assert "actors on the device" in first_line and "JAX-native" in first_line
+    records = _records(logdir)
+    last = records[-1]
+    assert last["final"] and last["env_steps"] >= 2048
+    assert last["policy_version"] == last["env_steps"] // (8 * 16)
+    interval = next(r for r in records if "fps" in r)
+    for key in ("episode_return_mean", "episode_length_mean", "loss/total", "staleness_mean"):
+        assert key in interval, key
+    run = RunDir(logdir)
+    assert run.read_config()["env"] == "gymnax:CartPole-v1"
+    assert os.path.isdir(os.path.join(run.checkpoint_dir("default"), str(last["policy_version"])))
+
+    version = last["policy_version"]
+    out = train(load_config(SMALL + ["--total_env_steps=4096", f"--logdir={logdir}", "--resume"]))
+    assert out["env_steps"] >= 4096 and out["policy_version"] > version
+    resumed = [e for e in run.read_events("resumed")]
+    assert resumed and resumed[-1]["version"] == version
+
+
+def test_sigterm_saves_a_checkpoint_that_matches_the_closing_line(tmp_path):
+    """Ctrl-C/SIGTERM mid-run: exit 130, a checkpoint of the newest state and a closing
+    line counting exactly the updates it holds (batch_segments x segment_length each)."""
+    import signal
+    import time
+    logdir = str(tmp_path / "run")
+    env = dict(os.environ, JAXSRL_PROGRESS="0", PYTHONPATH=REPO_ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *SMALL,
+         "--total_env_steps=1000000000", f"--logdir={logdir}"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300  # a generous bound for the first metrics line
+        while not (os.path.exists(os.path.join(logdir, "metrics.jsonl"))
+                   and any("fps" in r for r in _records(logdir))):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=300) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    last = _records(logdir)[-1]
+    assert last["final"]
+    assert last["env_steps"] == last["policy_version"] * 8 * 16
+    steps = sorted(int(n) for n in os.listdir(RunDir(logdir).checkpoint_dir("default")) if n.isdigit())
+    assert steps[-1] == last["policy_version"]
