@@ -252,6 +252,29 @@ def commit_config(logdir: str, record: dict) -> None:
                     kept)
 
 
+def budget_reached(logdir: str, total_env_steps: int) -> str | None:
+    """A one-line note when every policy's newest checkpoint in ``logdir`` already counts
+    ``total_env_steps`` env steps (its ``meta/metadata`` ``env_steps``): the resumed run
+    has nothing to train; ``None`` otherwise, or when a count cannot be read."""
+    root = RunDir(logdir).checkpoints_path
+    counts = []
+    for policy in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        steps = [int(n) for n in os.listdir(os.path.join(root, policy)) if n.isdigit()]
+        if not steps:
+            continue
+        path = os.path.join(root, policy, str(max(steps)), "meta", "metadata")
+        try:
+            with open(path, encoding="utf-8") as f:
+                counts.append(int(json.load(f)["env_steps"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    if not counts or min(counts) < total_env_steps:
+        return None
+    return (f"the run already counts {min(counts):,} env steps, at least "
+            f"--total_env_steps={total_env_steps:,}: nothing to train; give a larger "
+            "--total_env_steps to continue it")
+
+
 def inference_reason(saved: Mapping, why: str) -> str:
     """The ``run_start`` line's inference reason ``why`` on resume, saying where the mode
     came from: ``auto`` resolved again (and what it ran before), or a ``config.json``

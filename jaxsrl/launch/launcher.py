@@ -186,6 +186,9 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
                      "devices": where},
                     "run of %s on %s starts in %s%s; inference: %s; devices: %s", cfg.agent,
                     cfg.env, logdir, " (resumed)" if cfg.resume else "", why, where)
+        done = cfg.resume and resumption.budget_reached(logdir, cfg.total_env_steps)
+        if done:
+            log.warning("--resume: %s", done)
         run = wiring.new_run(cfg, setup.flow, logdir, clock, placement, spawner)
         old_handlers = install_stop_handlers()
         wiring.start(run, setup, restored=lambda: resumption.commit_config(logdir, config))

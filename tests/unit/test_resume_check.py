@@ -82,3 +82,24 @@ def test_commit_keeps_the_previous_config_and_names_the_changes(saved):
         assert json.load(f) == old
     commit_config(saved, new)  # the same again: nothing to keep
     assert not os.path.exists(os.path.join(saved, "config.2.json"))
+
+
+def test_a_resume_whose_budget_is_already_reached_says_so(tmp_path):
+    """Every policy's newest checkpoint counts >= total_env_steps: a one-line note; one
+    policy short of it, or no readable count: none."""
+    from jaxsrl.experiment.resume import budget_reached
+
+    def meta(policy, step, env_steps):
+        folder = tmp_path / "checkpoints" / policy / str(step) / "meta"
+        folder.mkdir(parents=True)
+        (folder / "metadata").write_text(json.dumps({"policy_version": step, "env_steps": env_steps}))
+
+    meta("hider", 3, 4_000)
+    meta("hider", 5, 10_240)
+    meta("seeker", 5, 10_240)
+    note = budget_reached(str(tmp_path), 10_000)
+    assert note is not None and "10,240 env steps" in note and "--total_env_steps=10,000" in note
+    assert budget_reached(str(tmp_path), 20_000) is None
+    meta("other", 2, 900)
+    assert budget_reached(str(tmp_path), 10_000) is None  # one policy has steps to go
+    assert budget_reached(str(tmp_path / "nothing"), 10) is None
