@@ -20,7 +20,6 @@ import gymnasium
 
 from agents import AGENTS
 from jaxsrl.cli import help as help_lib
-from jaxsrl.cli import switches
 from jaxsrl.cli.common import configure_logging, import_from_current_directory
 from jaxsrl.experiment.config import load_config
 from jaxsrl.experiment.metrics import return_text, returns_of
@@ -33,14 +32,14 @@ def parse(args: Sequence[str]) -> Any:
     """The validated run config of the flags ``args`` (no ``--help``).
 
     A boolean flag may carry a value, ``--x=false`` / ``--ppo.anneal_lr=true``
-    (:mod:`jaxsrl.cli.switches`), besides ``--x`` / ``--no_x``.
+    (:mod:`jaxsrl.experiment.switches`, applied by ``load_config``), besides ``--x`` /
+    ``--no_x``.
 
     Raises:
-      ValueError: as :func:`jaxsrl.experiment.config.load_config`; also a boolean flag
-        with a value other than true/false/1/0.
+      ValueError: as :func:`jaxsrl.experiment.config.load_config` (a boolean flag with a
+        value other than true/false/1/0 included).
       SystemExit: flags tyro cannot parse (it prints why).
     """
-    args = switches.normalize(args, switches.switch_names(switches.config_class_for(args)))
     return load_config(args)
 
 

@@ -407,7 +407,6 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
     pre.add_argument("--resume", action="store_true")
     known, rest = pre.parse_known_args(args)
     rest, env_kwargs = layers.split_env_kwargs_flags(rest)
-    rest = [inline_lib.FLAG_ALIASES.get(a, a) for a in rest]  # --inline_inference
     saved = _saved_config(known.logdir) if known.resume else None
     if saved is not None:  # --resume: the run's own config, then the flags given now
         explicit = {a.split("=")[0] for a in args}
@@ -423,6 +422,7 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
     check_env_name(known.env)
     cls = config_class(agent.name, agent.config_cls)
     rest = switches.normalize(rest, switches.switch_names(cls))  # --x=false -> --no_x
+    rest = [inline_lib.FLAG_ALIASES.get(a, a) for a in rest]  # --inline_inference
     cfg = cls(agent=known.agent, env=known.env)
     for path in known.config:
         if not os.path.isfile(path):

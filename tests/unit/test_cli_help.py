@@ -12,10 +12,10 @@ import pytest
 
 from agents import AGENTS
 from jaxsrl.cli import help as help_lib
-from jaxsrl.cli import switches
+from jaxsrl.experiment import switches
 from jaxsrl.cli.field_docs import plain
 from jaxsrl.cli.train import parse
-from jaxsrl.experiment.config import RunConfig
+from jaxsrl.experiment.config import RunConfig, config_class
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REST = re.compile(r"``|:(func|class|mod|meth|data|attr):`")
@@ -119,7 +119,7 @@ def test_a_switch_with_another_value_says_how_to_write_it():
 
 
 def test_values_of_other_flags_are_left_alone():
-    names = switches.switch_names(switches.config_class_for([]))
+    names = switches.switch_names(config_class("ppo", AGENTS["ppo"].config_cls))
     assert {"clip_actions", "ppo.anneal_lr", "resume"} <= names
     args = ["--logdir=false", "--env_kwargs.render=false", "--host", "true", "--seed=1"]
     assert switches.normalize(args, names) == args
