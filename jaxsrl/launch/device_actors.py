@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxsrl.envs.jax_native import registry
-from jaxsrl.experiment import config as config_lib
+from jaxsrl.experiment import resume as resumption
 from jaxsrl.experiment import events
 from jaxsrl.experiment import run_dir as run_folder
 from jaxsrl.experiment.agent_build import factory_of_run
@@ -98,7 +98,9 @@ def train(cfg: Any, logdir: str) -> dict:
     env = registry.make(cfg.env, cfg.env_kwargs, cfg.clip_actions)
     # Every check has passed: only now is the run folder changed.
     run_folder.prepare(logdir, cfg.overwrite)
-    RunDir(logdir).write_config(config_lib.to_dict(cfg) | {"logdir": logdir})
+    config = resumption.config_record(cfg, cfg.inference, logdir)
+    if not cfg.resume:  # on resume config.json is replaced once the restore succeeded
+        RunDir(logdir).write_config(config)
     where = ", ".join(sorted({str(d) for d in mesh.devices.flat}))
     events.emit(log, logging.INFO, "run_start",
                 {"agent": cfg.agent, "env": cfg.env, "resume": bool(cfg.resume),
@@ -111,6 +113,8 @@ def train(cfg: Any, logdir: str) -> dict:
     old_handlers = _install_stop_flag()
     try:
         loop = _Loop(cfg, logdir, policy, fns, env, mesh, clock)
+        if cfg.resume:
+            resumption.commit_config(logdir, config)
         return loop.run() | {"logdir": logdir}
     finally:
         for sig, handler in old_handlers.items():
@@ -149,7 +153,8 @@ class _Loop:
         self.version, env_steps = 0, 0
         if cfg.resume:
             tree, meta = self.ckpt.restore({"agent": state, "rng": rng}, set_aside_unreadable=True)
-            state, rng = tree["agent"], tree["rng"]
+            state = resumption.apply_hyperparameters(tree["agent"], state, policy, cfg)
+            rng = tree["rng"]
             self.version, env_steps = int(meta["policy_version"]), int(meta.get("env_steps", 0))
             events.emit(log, logging.INFO, "resumed", {"policy": policy, "version": self.version,
                         "env_steps": env_steps}, "resumed %s from version %d, %d env steps",
