@@ -3,7 +3,7 @@
 The launcher wires the run as usual; only its spawner differs. :class:`ThreadSpawner`
 runs each "child process" command (``python -m jaxsrl.workers.actor '<json spec>'``) as
 a thread of this process instead: the same :class:`~jaxsrl.workers.actor.worker.Actor`
-(:func:`~jaxsrl.workers.actor.worker.run_actor`, the body of an actor process) with the
+(:func:`~jaxsrl.workers.actor.process.run_actor`, the body of an actor process) with the
 run's ZeroMQ context, and returns a :class:`ThreadProcess`, a ``subprocess.Popen``-like
 handle, so the launcher's watch, restart and stop logic is the one of a local run. The
 servers bind ``inproc://`` endpoints (:data:`jaxsrl.streams.sockets.INPROC`): the same
@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 import zmq
 
 from jaxsrl.experiment import events
-from jaxsrl.workers.actor import worker as actor_worker
+from jaxsrl.workers.actor import process as actor_process
 from jaxsrl.workers.inline import worker as inline_worker
 
 log = logging.getLogger("jaxsrl.launch.serial")
@@ -130,14 +130,14 @@ class ThreadSpawner:
 
         Raises:
           ValueError: a command prefix, extra environment variables, or a module other
-            than the actor worker or the inline actor (``--inline_inference``; serial
+            than the actor worker or the inline actor (``--inference=inline``; serial
             mode runs only actors as "child processes").
         """
         if prefix:
             raise ValueError(f"serial mode cannot run a launch_prefix {list(prefix)}")
         if env:
             raise ValueError(f"serial mode cannot give a thread environment variables {sorted(env)}")
-        runs = {"jaxsrl.workers.actor": actor_worker.run_actor,
+        runs = {"jaxsrl.workers.actor": actor_process.run_actor,
                 "jaxsrl.workers.inline": inline_worker.run_inline_actor}
         if len(argv) != 4 or argv[1] != "-m" or argv[2] not in runs:
             raise ValueError(f"serial mode runs actor workers only, not {argv[:3]}")

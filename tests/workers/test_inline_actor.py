@@ -1,4 +1,4 @@
-"""The inline actor (``--inline_inference``, jaxsrl/workers/inline/) against fakes: a fake
+"""The inline actor (``--inference=inline``: the actor with jaxsrl/workers/inline/client.py) against fakes: a fake
 parameter publisher (a PUB socket sending ``param_chunk`` messages, as the learner's
 ``ParamPublisher`` does) and a fake sample sink (a PULL socket, the trainer's end).
 
@@ -25,7 +25,8 @@ import zmq
 from jaxsrl.core.agent import Agent, AgentFns
 from jaxsrl.streams import param_stream as ps
 from jaxsrl.streams import wire
-from jaxsrl.workers.inline.worker import InlineActor
+from jaxsrl.workers.actor.worker import Actor
+from jaxsrl.workers.inline.client import InlineClient
 
 T, ENVS = 4, 3
 WAIT_MS = 60_000  # generous: the actor compiles act on its first request
@@ -172,7 +173,7 @@ def test_inline_actor_acts_with_the_newest_parameters_and_drops_malformed_ones(r
     ctx, pub, sink, spec = rig
     params = {3: params_of(0), 5: params_of(1)}
     pub.publish(ps.encode_chunks("p", 3, params[3], stream=11))
-    actor = InlineActor(spec, ctx)
+    actor = Actor(spec, ctx, client=InlineClient)
     thread = threading.Thread(target=actor.run, daemon=True)
     thread.start()
     try:
@@ -193,7 +194,7 @@ def test_inline_actor_acts_with_the_newest_parameters_and_drops_malformed_ones(r
             newest[g] = int(version.max())
             if (version == 5).all():
                 break
-        policy = actor.policies["p"]
+        policy = actor.client.policies["p"]
         assert policy.version == 5
 
         # Malformed messages: junk frames, then a version of as many bytes but the wrong
@@ -222,7 +223,7 @@ def test_inline_actor_acts_with_the_newest_parameters_and_drops_malformed_ones(r
 
 def test_inline_actor_gives_up_without_parameters(rig):
     ctx, pub, sink, spec = rig
-    actor = InlineActor({**spec, "startup_timeout_s": 0.3}, ctx)
+    actor = Actor({**spec, "startup_timeout_s": 0.3}, ctx, client=InlineClient)
     try:
         with pytest.raises(TimeoutError, match="no parameters of policy 'p' arrived"):
             actor.run()
@@ -231,15 +232,13 @@ def test_inline_actor_gives_up_without_parameters(rig):
 
 
 def test_plain_and_inline_actors_refuse_each_others_specs(rig):
-    from jaxsrl.workers.actor.worker import Actor
-
     ctx, pub, sink, spec = rig
     with pytest.raises(ValueError, match="run it with jaxsrl.workers.inline"):
         Actor(spec, ctx)
     plain = {**spec, "inline": None,
              "streams": [{**spec["streams"][0], "inference_address": "inproc://nowhere"}]}
     with pytest.raises(ValueError, match="needs the spec's 'inline' settings"):
-        InlineActor(plain, ctx)
+        Actor(plain, ctx, client=InlineClient)
 
 
 def test_inline_actor_keeps_reporting_while_act_compiles(rig):
@@ -257,7 +256,7 @@ def test_inline_actor_keeps_reporting_while_act_compiles(rig):
     SLOW_RELEASE.clear()
     SLOW_TRACES.clear()
     pub.publish(ps.encode_chunks("p", 3, params_of(0), stream=11))
-    actor = InlineActor(spec, ctx)
+    actor = Actor(spec, ctx, client=InlineClient)
     thread = threading.Thread(target=actor.run, daemon=True)
     thread.start()
     try:

@@ -314,7 +314,8 @@ def test_an_actor_process_loads_no_jax():
 
     code = textwrap.dedent(f'''
         import json, sys
-        from jaxsrl.workers.actor.worker import Actor, main
+        from jaxsrl.workers.actor.process import main
+        from jaxsrl.workers.actor.worker import Actor
         actor = Actor(json.loads({json.dumps(json.dumps(_spec()))}))
         actor.close()
         print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib"))))

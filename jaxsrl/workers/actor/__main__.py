@@ -2,6 +2,6 @@
 
 import sys
 
-from jaxsrl.workers.actor.worker import main
+from jaxsrl.workers.actor.process import main
 
 sys.exit(main())

@@ -1,12 +1,9 @@
-"""One policy's streams as an actor holds them: a DEALER to its inference server (with
-the failover state, see ``jaxsrl/workers/actor/worker.py``; none for an inline actor,
-which acts itself), a PUSH to its learner, and which rows of a group it serves. No JAX
-here.
+"""One policy's sample stream as an actor holds it: a PUSH to its learner and which rows
+of a group it serves (its inference side is the actor's action client:
+:mod:`jaxsrl.workers.actor.action_client`). No JAX here.
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import zmq
@@ -16,7 +13,7 @@ from jaxsrl.workers.actor.spec import StreamSpec
 
 
 class PolicyStream:
-    """One policy's view of the actor: its sockets and the rows of each group it serves.
+    """One policy's view of the actor: its sample socket and the rows of each group it serves.
 
     Args:
       spec: the stream's part of the actor spec.
@@ -26,44 +23,11 @@ class PolicyStream:
 
     def __init__(self, spec: StreamSpec, ctx: zmq.Context, curve: tuple | None = None):
         self.policy, self.team = spec.policy, spec.team
-        self.addresses = list(spec.inference_addresses)
-        self.current = 0  # index of the server in use
         self.sample_address = spec.sample_address
-        self._ctx, self._curve = ctx, curve
-        self.inference = self._connect(self.addresses[0]) if self.addresses else None
         # Linger: a segment sent just before a clean stop still reaches the learner.
         self.samples = open_socket(ctx, zmq.PUSH, linger_ms=1000, send_hwm=spec.sample_hwm,
                                    send_buffer_bytes=spec.sample_sndbuf, curve_client=curve)
         self.samples.connect(spec.sample_address)
-        # Failover state: since when requests wait without an answer, since when the
-        # current server has been tried, servers tried since the last answer.
-        self.silent_since = self.tried_at = time.monotonic()
-        self.tried = 1
-        self.has_answered = False
-
-    @property
-    def inference_address(self) -> str | None:
-        return self.addresses[self.current] if self.addresses else None
-
-    def _connect(self, address: str) -> zmq.Socket:
-        sock = open_socket(self._ctx, zmq.DEALER, curve_client=self._curve)
-        sock.connect(address)
-        return sock
-
-    def failover(self) -> zmq.Socket:
-        """Close the inference socket and connect a fresh one to the next server."""
-        self.inference.close()
-        self.current = (self.current + 1) % len(self.addresses)
-        self.inference = self._connect(self.addresses[self.current])
-        self.tried += 1
-        self.tried_at = time.monotonic()
-        return self.inference
-
-    def answered(self) -> None:
-        """A message came from the current server: it is alive."""
-        self.silent_since = self.tried_at = time.monotonic()
-        self.tried = 1
-        self.has_answered = True
 
     def rows_of(self, env) -> np.ndarray:
         """Indices of ``env``'s rows this stream serves (every row of an env without
@@ -73,6 +37,4 @@ class PolicyStream:
         return np.flatnonzero(np.asarray(env.row_team) == self.team)
 
     def close(self) -> None:
-        if self.inference is not None:
-            self.inference.close()
         self.samples.close()

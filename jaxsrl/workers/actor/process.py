@@ -21,32 +21,26 @@ import zmq
 
 from jaxsrl.core.child import report_failure, start_child, write_error
 from jaxsrl.core.exit_codes import EXIT_ENV_ERROR, EXIT_LEARNER_TIMEOUT, EXIT_SERVER_TIMEOUT
+from jaxsrl.workers.actor.action_client import ClientFactory
 from jaxsrl.workers.actor.segments import EnvError
+from jaxsrl.workers.actor.worker import Actor, LearnerTimeout
 
 log = logging.getLogger("jaxsrl.actor")
 
 
-class LearnerTimeout(TimeoutError):
-    """A trainer did not take a segment within the sample timeout."""
-
-
 def run_actor(spec: dict, context: zmq.Context | None = None, stop: Any = None,
-              actor_class: type | None = None) -> int:
+              client: ClientFactory | None = None) -> int:
     """Build and run one actor until it stops; returns its exit code (module docstring).
 
     The body of an actor process (:func:`main`), and of an actor thread in serial mode
     (``context``: the run's ZeroMQ context; ``stop``: an event that ends the actor within
-    100 ms of a blocking wait); ``actor_class``: :class:`~jaxsrl.workers.actor.worker.Actor`
-    (the default) or a subclass (the inline actor). Errors other than the ones with an
-    exit code propagate.
+    100 ms of a blocking wait); ``client``: the actor's action client factory
+    (:class:`~jaxsrl.workers.actor.worker.Actor`'s argument; ``None``: its inference
+    servers'). Errors other than the ones with an exit code propagate.
     """
-    if actor_class is None:
-        # Imported here: jaxsrl.workers.actor.worker imports (and re-exports) this module.
-        from jaxsrl.workers.actor.worker import Actor  # noqa: PLC0415
-        actor_class = Actor
     actor = None
     try:
-        actor = actor_class(spec, context)
+        actor = Actor(spec, context, client)
         if stop is not None:
             actor.stop = stop
         actor.run()

@@ -120,33 +120,32 @@ class Group:
         self.buffers = [SegmentBuffer(take_rows(self.obs, r), T, action[0], action[1], c, with_valid)
                         for r, c in zip(self.rows, self.carry)]
 
-
-    def reply_ok(self, msg, i: int, action_shape: tuple) -> bool:
-        """Stream ``i``'s reply has every array this group needs, with the right shapes
-        (values are cast on assignment); else False, with ``meta["error"]`` saying why."""
+    def reply_problem(self, actions, action_shape: tuple) -> str:
+        """Why stream ``actions.stream``'s :class:`~jaxsrl.workers.actor.action_client.Actions`
+        cannot be stored ("" if they can): every array this group needs, with the right
+        shapes (values are cast on assignment)."""
+        i = actions.stream
         n = len(self.rows[i])
         expected = {"action": (n,) + tuple(action_shape), "logp": (n,)}
         expected.update({k: v.shape for k, v in self.carry[i].items()})
         if self.draws:
             expected[OPPONENT] = (n,)
         bad = [k for k, shape in expected.items()
-               if k not in msg.arrays or tuple(msg.arrays[k].shape) != tuple(shape)]
-        if bad:
-            msg.meta["error"] = f"arrays {bad} missing or of the wrong shape"
-            return False
-        return isinstance(msg.meta.get("version"), int)
+               if k not in actions.arrays or tuple(np.shape(actions.arrays[k])) != tuple(shape)]
+        return f"arrays {bad} missing or of the wrong shape" if bad else ""
 
-    def store_reply(self, msg, i: int) -> None:
-        """Keep stream ``i``'s (checked) reply: actions, log-probabilities, version, the
-        rows' new carry and, in self-play, what served each row."""
+    def store_reply(self, actions) -> None:
+        """Keep stream ``actions.stream``'s (checked) actions: actions, log-probabilities,
+        version, the rows' new carry and, in self-play, what served each row."""
+        i = actions.stream
         rows = self.rows[i]
-        self.action[rows] = msg.arrays["action"]
-        self.logp[rows] = msg.arrays["logp"]
-        self.version[i] = int(msg.meta["version"])
+        self.action[rows] = actions.arrays["action"]
+        self.logp[rows] = actions.arrays["logp"]
+        self.version[i] = int(actions.version)
         for name in self.carry[i]:
-            self.carry[i][name][:] = msg.arrays[name]
+            self.carry[i][name][:] = actions.arrays[name]
         if self.draws:
-            self.draws.answered(i, msg.arrays[OPPONENT])
+            self.draws.answered(i, actions.arrays[OPPONENT])
 
 
 def take_rows(named: dict, rows: np.ndarray) -> dict:

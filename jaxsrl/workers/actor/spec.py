@@ -104,7 +104,7 @@ class ActorSpec:
       opponents: self-play opponent pools (``{"p_latest": float}``,
         ``jaxsrl/workers/actor/opponents.py``), or ``None``.
       clip_actions: clip ``Box`` actions to the space's bounds (``--clip_actions``).
-      inline: inline inference (``--inline_inference``): what the actor needs to run the
+      inline: inline inference (``--inference=inline``): what the actor needs to run the
         policy itself (``param_address``, ``status_address``, the agent's spec keys; see
         :mod:`jaxsrl.workers.inline`), or ``None``: its inference servers act.
     """

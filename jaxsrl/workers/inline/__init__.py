@@ -1,1 +1,1 @@
-"""The inline actor (``--inline_inference``): an actor process that runs the policy itself."""
+"""The inline actor (``--inference=inline``): the actor with an action client that runs the policy itself."""
