@@ -7,7 +7,7 @@ waiting without blocking (the actor calls it before each ``act``), and every com
 checked version replaces the previous one (:class:`~jaxsrl.streams.param_subscriber.
 ParamSubscriber`: a malformed, incomplete, mismatched or older version is dropped with a
 one-line logged reason, counted in ``dropped``, and the parameters in use stay). This
-module imports JAX: only the inline path (:mod:`jaxsrl.workers.inline.worker`) imports it,
+module imports JAX: only the inline path (:mod:`jaxsrl.workers.inline.client`) imports it,
 never the plain actor.
 """
 
