@@ -193,11 +193,12 @@ def test_malformed_status_is_dropped_counted_and_warned(sup, caplog):
 
 def test_counters_add_their_increase_and_seen_actors_are_marked(sup):
     sup.table.register(7, 1)
+    registered = sup.table.last_seen(7)
     c = sup.children[0]
     sup.on_status(status(c, counters={"dropped_requests": 3}, seen=[7, 99]))
     sup.on_status(status(c, counters={"dropped_requests": 5}))
     assert sup.metrics.counter("dropped_requests") == 5
-    assert sup.table.last_seen(7) is not None
+    assert sup.table.last_seen(7) > registered
     c.child.proc.returncode = 1  # a restarted child counts from 0 again
     sup.watch(sup.now)
     sup.on_status(status(c, counters={"dropped_requests": 2}))
