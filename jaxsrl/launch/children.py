@@ -44,8 +44,8 @@ from jaxsrl.experiment import events
 from jaxsrl.launch.processes import exit_reason, stop_all
 from jaxsrl.streams import wire
 from jaxsrl.streams.admission import DropLog
-from jaxsrl.streams.sockets import bind, drain, open_socket
-from jaxsrl.streams.status import DROPPED_STATUS, StatusSchema
+from jaxsrl.streams.sockets import drain
+from jaxsrl.streams.status import DROPPED_STATUS, StatusSchema, bind_status
 
 #: seconds a child may take from its start to serving (it compiles meanwhile).
 STARTUP_LIMIT_S = 300.0
@@ -143,9 +143,8 @@ class ChildSupervisor(Worker):
         """Supervise until ``stop`` is set (``run()`` calls this; exceptions end in ``error``)."""
         status = None
         try:
-            status = open_socket(self.context, zmq.PULL, max_frame_bytes=wire.MAX_HEADER_BYTES,
-                                 curve_server=self.curve)
-            self.start_children(bind(status, self.cfg.host, name=self.schema.kind))
+            status, address = bind_status(self.context, self.cfg.host, self.schema.kind, self.curve)
+            self.start_children(address)
             while not self.stop.is_set():
                 self._turn()
                 drain(status, self.on_status)

@@ -33,8 +33,8 @@ from jaxsrl.core.worker import Worker
 from jaxsrl.streams import wire
 from jaxsrl.streams.admission import DropLog
 from jaxsrl.streams.param_stream import ParamPublisher
-from jaxsrl.streams.sockets import bind, drain, open_socket
-from jaxsrl.streams.status import DROPPED_STATUS, INLINE_STATUS
+from jaxsrl.streams.sockets import drain
+from jaxsrl.streams.status import DROPPED_STATUS, INLINE_STATUS, bind_status
 
 log = logging.getLogger("jaxsrl.launch.inline_params")
 
@@ -73,9 +73,8 @@ class InlineParameters(Worker):
         """Publish and collect statuses until ``stop`` is set."""
         status = None
         try:
-            status = open_socket(self.context, zmq.PULL, max_frame_bytes=wire.MAX_HEADER_BYTES,
-                                 curve_server=self.curve)
-            self.status_address = bind(status, self.host, name="inline-status")
+            status, self.status_address = bind_status(self.context, self.host, "inline-status",
+                                                      self.curve)
             self.publisher = ParamPublisher(self.store, self.policies, self.context, self.host,
                                             interval_s=self.cfg.param_publish_interval_s,
                                             curve=self.curve, metrics=self.metrics)

@@ -21,7 +21,6 @@ import sys
 import time
 from typing import Any, Protocol, Sequence
 
-from jaxsrl.core.child import read_error
 from jaxsrl.core.exit_codes import EXIT_ENV_ERROR
 from jaxsrl.core.paths import child_env
 

@@ -34,7 +34,10 @@ import dataclasses
 import math
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+import zmq
+
 from jaxsrl.streams import wire
+from jaxsrl.streams.sockets import bind, open_socket
 
 #: counter of statuses a receiver dropped as malformed.
 DROPPED_STATUS = "dropped_status"
@@ -126,6 +129,29 @@ class StatusSchema:
           WireError: ``meta`` fails :meth:`check` (a sender's bug).
         """
         return wire.encode(self.kind, {}, self.check(meta))
+
+
+def bind_status(context: zmq.Context, host: str, name: str, curve: tuple | None = None
+                ) -> tuple[zmq.Socket, str]:
+    """A receiver's status socket: PULL, frames of at most ``wire.MAX_HEADER_BYTES``,
+    bound on ``host`` (``name``: the ``inproc`` endpoint's readable part).
+
+    Args:
+      curve: ``(public, secret)`` server keys to require CURVE, or ``None``.
+
+    Returns:
+      ``(socket, address its senders connect to)``.
+
+    Raises:
+      zmq.ZMQError: ``host`` is no interface here (the socket is closed).
+    """
+    sock = open_socket(context, zmq.PULL, max_frame_bytes=wire.MAX_HEADER_BYTES,
+                       curve_server=curve)
+    try:
+        return sock, bind(sock, host, name=name)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def _short(value: Any, limit: int = 80) -> str:

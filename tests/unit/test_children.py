@@ -170,10 +170,8 @@ def test_error_file_of_a_previous_run_is_removed_at_a_restart(sup, tmp_path):
 
 def test_statuses_of_another_run_or_child_are_ignored(sup):
     c = sup.children[0]
-    sup.on_status(SCHEMA.encode({"fake": c.name, "run": c.child.spec["run_id"] + 1,
-                                 "serving": True, "heartbeat_age_s": 0.0, "counters": {}, "seen": []}))
-    sup.on_status(SCHEMA.encode({"fake": "fake[9]", "run": c.child.spec["run_id"],
-                                 "serving": True, "heartbeat_age_s": 0.0, "counters": {}, "seen": []}))
+    sup.on_status(status(c, run=c.child.spec["run_id"] + 1))
+    sup.on_status(status(c, fake="fake[9]"))
     assert not c.serving and c.last_status == 0.0
     assert sup._metrics(c).counter("dropped_status") == 0
 
@@ -183,9 +181,8 @@ def test_malformed_status_is_dropped_counted_and_warned(sup, caplog):
     with caplog.at_level(logging.WARNING, "test.children"):
         sup.on_status([b"not msgpack \xc1"])
         sup.on_status(status(c)[:1] + [b"x"])
-        sup.on_status(wire.encode("fake_status", {}, {"fake": c.name, "run": c.child.spec["run_id"],
-                                                      "serving": "yes", "heartbeat_age_s": 0.0,
-                                                      "counters": {}, "seen": []}))
+        meta = wire.decode(status(c)).meta | {"serving": "yes"}
+        sup.on_status(wire.encode("fake_status", {}, meta))
     assert not c.serving and sup._metrics(c).counter("dropped_status") == 3
     assert "fake children: dropped a malformed status: header is not valid msgpack" in caplog.text
     assert sup.drop_log.recent()[-1].reason == "fake_status: 'serving' is not true or false: 'yes'"

@@ -22,7 +22,8 @@ SERVER = {"server": "policy[0]", "run": 123, "pid": 4242, "address": "tcp://127.
 BUFFER = {"buffer": "replay[1]", "run": 9, "pid": 17, "sample_address": "tcp://127.0.0.1:6000",
           "request_address": "tcp://127.0.0.1:6001", "serving": False, "heartbeat_age_s": 1.5,
           "pending": 0, "insert_allowed": True, "env_steps": 4096,
-          "episodes": [{"return": 21.0, "length": 21, "team": "hiders"}, {"return": -1.0, "length": 4}],
+          "episodes": [{"return": 21.0, "length": 21, "team": "hiders"},
+                       {"return": -1.0, "length": 4}],
           "means": {"replay/size": 512.0, "staleness_mean": float("nan"), "actor/env_s": 0.1},
           "counters": {"dropped_segments": 2}, "seen": list(range(1000))}
 # As jaxsrl/workers/inline/worker.py's InlineActor._ping builds it (dropped: a Counter per policy).
@@ -47,7 +48,8 @@ def test_what_the_senders_send_decodes_unchanged(schema, meta):
 
 def test_numpy_floats_of_a_sender_encode():
     """A sender's means may be NumPy float64 (a float subclass msgpack packs as float)."""
-    meta = SERVER | {"means": {"inference/batch_rows": np.float64(2.5)}, "heartbeat_age_s": np.float64(0.1)}
+    meta = SERVER | {"means": {"inference/batch_rows": np.float64(2.5)},
+                     "heartbeat_age_s": np.float64(0.1)}
     assert roundtrip(SERVER_STATUS, meta)["means"] == {"inference/batch_rows": 2.5}
 
 
