@@ -19,11 +19,13 @@ one thread of the learner process (:class:`~jaxsrl.launch.worker_threads.Kind` `
 * it sends the run's actor table (``actor_runs``) to every shard when it changes and
   every :data:`ACTOR_RUNS_INTERVAL_S`, so segments of unknown actors or of a restarted
   actor's previous run are dropped there;
-* a shard that dies, or stays silent once serving for ``actor_timeout_s``, is killed
-  and restarted on the same ports (actors and the trainer reconnect by themselves; its
+* a shard that dies, is not serving :data:`~jaxsrl.launch.children.STARTUP_LIMIT_S` after
+  its start, or stays silent once serving for ``actor_timeout_s``, is killed and
+  restarted on the same ports (actors and the trainer reconnect by themselves; its
   replay refills), at most ``max_server_restarts`` times per run; then, or when a
   shard stopped on a segment with NaN or Inf under ``on_nonfinite="raise"``, ``error``
-  names it and the launcher stops the run.
+  names it and the launcher stops the run. These rules, the status socket and the
+  restart events are :class:`~jaxsrl.launch.children.ChildSupervisor`'s.
 """
 
 from __future__ import annotations
@@ -40,24 +42,23 @@ import zmq
 
 from jaxsrl.core.child import read_error
 from jaxsrl.core.exit_codes import EXIT_NONFINITE
-from jaxsrl.core.worker import Worker
 from jaxsrl.envs import env_has_idle_rows
-from jaxsrl.experiment import events
 from jaxsrl.experiment.agent_build import agent_spec
 from jaxsrl.experiment.run_dir import RunDir
-from jaxsrl.launch.processes import ChildProcess, exit_reason, kill_for_restart, stop_all
+from jaxsrl.launch.children import Child, ChildSupervisor
+from jaxsrl.launch.processes import ChildProcess
 from jaxsrl.streams import replay_wire, wire
-from jaxsrl.streams.sockets import bind, drain, open_socket
+from jaxsrl.streams.sockets import open_socket
+from jaxsrl.streams.status import BUFFER_STATUS
 from jaxsrl.workers.buffer.spec import BufferProcessSpec
 
 log = logging.getLogger("jaxsrl.launch.buffers")
-STARTUP_LIMIT_S = 300.0  # a shard must serve this long after its start (compiles)
 ACTOR_RUNS_INTERVAL_S = 0.5
 
 
 @dataclasses.dataclass
-class Shard:
-    """The launcher's view of one buffer process."""
+class Shard(Child):
+    """The launcher's view of one buffer process (and, keyword-only, :class:`Child`'s)."""
 
     name: str
     stream: str
@@ -65,11 +66,11 @@ class Shard:
     sample_address: str | None = None
     request_address: str | None = None
     control: Any = None  # DEALER to its request socket (actor_runs)
-    serving: bool = False
-    last_status: float = 0.0
-    heartbeat: float = 0.0
     env_steps: int = 0  # run-long total of the current process run, as last reported
-    counters: dict = dataclasses.field(default_factory=dict)
+
+    def reset(self) -> None:
+        super().reset()
+        self.env_steps = 0
 
 
 def shard_specs(cfg: Any, buffer: Any, fns: Any, planned_updates: int, max_rows: int,
@@ -98,7 +99,7 @@ def shard_specs(cfg: Any, buffer: Any, fns: Any, planned_updates: int, max_rows:
         compilation_cache_dir=cfg.compilation_cache_dir) for i, name in enumerate(names)]
 
 
-class BufferProcesses(Worker):
+class BufferProcesses(ChildSupervisor):
     """Supervisor thread of a run's buffer processes (see the module doc).
 
     Args:
@@ -114,17 +115,14 @@ class BufferProcesses(Worker):
 
     def __init__(self, cfg: Any, specs: dict, metrics: dict, table: Any,
                  actor_runs: Callable[[], dict], context: zmq.Context, spawner: Any = None):
-        super().__init__("buffer processes")
-        self.cfg, self.metrics_of, self.table = cfg, metrics, table
-        self.context, self._actor_runs = context, actor_runs
-        self.restarts = 0
-        self.shards: list[Shard] = []
         env = {"JAX_PLATFORMS": "cpu"}  # the replay lives in this host's memory
-        for stream, group in specs.items():
-            for spec in group:
-                child = ChildProcess(spec.name, spec.to_dict(), module="jaxsrl.workers.buffer",
-                                     env=env, spawner=spawner)
-                self.shards.append(Shard(spec.name, stream, child))
+        shards = [Shard(spec.name, stream, ChildProcess(
+            spec.name, spec.to_dict(), module="jaxsrl.workers.buffer", env=env, spawner=spawner))
+            for stream, group in specs.items() for spec in group]
+        super().__init__("buffer processes", "buffer process", BUFFER_STATUS, shards, cfg,
+                         table, context, log)
+        self.shards: list[Shard] = self.children
+        self.metrics_of, self._actor_runs = metrics, actor_runs
         self._runs_at, self._runs = 0.0, None
 
     def streams(self) -> set:
@@ -151,32 +149,28 @@ class BufferProcesses(Worker):
             return [s.request_address for s in self.shards if s.stream == stream]
         return connect
 
-    # -- thread -----------------------------------------------------------------------
-    def _run(self) -> None:
-        status = open_socket(self.context, zmq.PULL, max_frame_bytes=wire.MAX_HEADER_BYTES)
-        try:
-            address = bind(status, self.cfg.host, name="buffer-status")
-            for s in self.shards:
-                s.child.spec = s.child.spec | {"status_address": address}
-                self._start(s)
-            while not self.stop.is_set():
-                self.beat()
-                drain(status, self.on_status)
-                self._send_actor_runs()
-                self._watch()
-        finally:
-            stop_all([s.child for s in self.shards])
-            for s in self.shards:
-                if s.control is not None:
-                    s.control.close()
-            status.close()
+    # -- ChildSupervisor hooks ------------------------------------------------------------
+    def _turn(self) -> None:
+        self._send_actor_runs()
 
-    def _start(self, s: Shard) -> None:
-        path = s.child.spec.get("error_file")
-        if path and os.path.exists(path):
-            os.remove(path)
-        s.serving, s.last_status, s.env_steps, s.counters = False, 0.0, 0, {}
-        s.child.start()
+    def _close(self) -> None:
+        for s in self.shards:
+            if s.control is not None:
+                s.control.close()
+
+    def _metrics(self, s: Shard) -> Any:
+        return self.metrics_of[s.stream]
+
+    def _exited(self, s: Shard, code: int) -> None:
+        if code == EXIT_NONFINITE:
+            raise RuntimeError(f"buffer process {s.name}: "
+                               f"{read_error(s.child.spec.get('error_file'))}")
+
+    def _describe(self, s: Shard) -> str:
+        return f"{s.name} (segments at {s.sample_address})"
+
+    def _where(self, s: Shard) -> str:
+        return " on the same ports (its replay refills)"
 
     def _send_actor_runs(self) -> None:
         """The actor table to every shard: at once when it changed (an actor started or
@@ -195,62 +189,29 @@ class BufferProcesses(Worker):
                 except zmq.Again:
                     pass
 
-    def on_status(self, frames: list) -> None:
-        """Apply one ``buffer_status`` (anything else, or a previous run's, is ignored)."""
-        try:
-            msg = wire.decode(frames, max_bytes=0)
-            meta = msg.meta
-            s = next(x for x in self.shards if x.name == meta.get("buffer"))
-        except (wire.WireError, StopIteration):
-            return
-        if msg.kind != replay_wire.STATUS or meta.get("run") != s.child.spec.get("run_id"):
-            return
-        now = time.monotonic()
-        s.last_status = now
-        age = meta.get("heartbeat_age_s")
-        s.heartbeat = now - (age if type(age) is float and math.isfinite(age) else 0.0)  # noqa: E721
-        s.serving = meta.get("serving") is True
+    def _apply(self, s: Shard, meta: dict) -> None:
+        """Addresses, env steps, episodes and means of a shard's status."""
         self._addresses(s, meta)
         metrics = self.metrics_of[s.stream]
-        total = meta.get("env_steps")
-        if type(total) is int and total > s.env_steps:  # noqa: E721
-            metrics.add_env_steps(total - s.env_steps)
-            s.env_steps = total
-        episodes = meta.get("episodes")
-        for episode in episodes if isinstance(episodes, list) else []:
-            if not isinstance(episode, dict):
-                continue
-            clean = {k: v for k, v in episode.items() if isinstance(k, str)
-                     and type(v) in (int, float) and math.isfinite(v)}
-            metrics.add_episode(clean)
+        if meta["env_steps"] > s.env_steps:
+            metrics.add_env_steps(meta["env_steps"] - s.env_steps)
+            s.env_steps = meta["env_steps"]
+        for episode in meta["episodes"]:
+            stats = {k: v for k, v in episode.items() if k != "team"}
+            metrics.add_episode(stats)
             team = episode.get("team")
-            if isinstance(team, str) and len(team) <= 64:
-                metrics.add_episode({k: clean[k] for k in ("return", "length") if k in clean},
+            if team is not None and len(team) <= 64:
+                metrics.add_episode({k: stats[k] for k in ("return", "length") if k in stats},
                                     suffix=f"/{team}")
-        means = meta.get("means")
-        if isinstance(means, dict):
-            means = {k: v for k, v in means.items() if isinstance(k, str) and len(k) < 64
-                     and type(v) in (int, float) and math.isfinite(v)}
-            metrics.add_means(means)
-            if "replay/size" in means and sum(x.stream == s.stream for x in self.shards) > 1:
-                # per shard too: replay[1] -> replay/shard_1/size
-                metrics.add_means({f"replay/shard_{s.child.spec.get('shard', 0)}/size":
-                                   means["replay/size"]})
-        counters = meta.get("counters")
-        if isinstance(counters, dict):
-            for k, v in counters.items():
-                if isinstance(k, str) and len(k) < 64 and type(v) is int and v > s.counters.get(k, 0):  # noqa: E721
-                    metrics.count(k, v - s.counters.get(k, 0))
-                    s.counters[k] = v
-        seen = meta.get("seen")
-        for actor in seen[:100_000] if isinstance(seen, list) else []:
-            if type(actor) is int:  # noqa: E721
-                self.table.seen(actor)
+        means = {k: v for k, v in meta["means"].items() if len(k) < 64 and math.isfinite(v)}
+        metrics.add_means(means)
+        if "replay/size" in means and sum(x.stream == s.stream for x in self.shards) > 1:
+            # per shard too: replay[1] -> replay/shard_1/size
+            metrics.add_means({f"replay/shard_{s.child.spec.get('shard', 0)}/size":
+                               means["replay/size"]})
 
     def _addresses(self, s: Shard, meta: dict) -> None:
-        sample, request = meta.get("sample_address"), meta.get("request_address")
-        if not (isinstance(sample, str) and isinstance(request, str)):
-            return
+        sample, request = meta["sample_address"], meta["request_address"]
         if s.request_address is None:  # first start: later runs bind the same ports
             try:
                 ports = [int(a.rsplit(":", 1)[1]) for a in (sample, request)]
@@ -263,44 +224,3 @@ class BufferProcesses(Worker):
         elif (sample, request) != (s.sample_address, s.request_address):
             log.warning("%s now listens at %s / %s, not %s / %s", s.name, sample, request,
                         s.sample_address, s.request_address)
-
-    def _watch(self) -> None:
-        """Restart dead or silent shards; update ``ready``, ``serving``, ``heartbeat``."""
-        now = time.monotonic()
-        for s in self.shards:
-            code = s.child.proc.poll()
-            reason = None
-            if code is not None:
-                reason = exit_reason(code)
-                if code == EXIT_NONFINITE:
-                    raise RuntimeError(f"buffer process {s.name}: "
-                                       f"{read_error(s.child.spec.get('error_file'))}")
-            elif s.serving and now - s.last_status > self.cfg.actor_timeout_s:
-                reason = f"sent no status for {now - s.last_status:.1f} s"
-            elif s.serving and now - s.heartbeat > self.cfg.actor_timeout_s:
-                reason = f"its loop stalled for {now - s.heartbeat:.1f} s"
-            elif not s.serving and now - s.child.started_at > STARTUP_LIMIT_S:
-                reason = f"was not serving {STARTUP_LIMIT_S:g} s after its start"
-            if reason is not None:
-                self._restart(s, reason)
-        if all(s.serving for s in self.shards):
-            self.serving.set()
-            self.heartbeat = min(min(s.heartbeat for s in self.shards), self.heartbeat)
-            if not self.ready.is_set():
-                log.info("buffer processes serving: %s", ", ".join(
-                    f"{s.name} (segments at {s.sample_address})" for s in self.shards))
-                self.ready.set()
-        else:
-            self.serving.clear()
-
-    def _restart(self, s: Shard, reason: str) -> None:
-        error = kill_for_restart(s.child, f"buffer process {s.name}", "buffer processes", reason,
-                                 self.restarts, self.cfg.max_server_restarts)
-        self.restarts += 1
-        self.metrics_of[s.stream].count("buffer_restarts")
-        events.emit(log, logging.WARNING, "buffer_restart",
-                    {"buffer": s.name, "reason": reason, "error": error, "restart": self.restarts},
-                    "buffer process %s (pid %d) %s%s; restarting it on the same ports (restart "
-                    "%d of at most %d; its replay refills)", s.name, s.child.proc.pid, reason,
-                    f": {error}" if error else "", self.restarts, self.cfg.max_server_restarts)
-        self._start(s)

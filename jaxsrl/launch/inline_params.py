@@ -1,4 +1,4 @@
-"""Launcher side of inline inference (``--inline_inference``): the parameter stream to
+"""Launcher side of inline inference (``--inference=inline``): the parameter stream to
 the actors and their status reports.
 
 :class:`InlineParameters` runs as a worker thread of the learner process (a
@@ -15,7 +15,9 @@ the actors and their status reports.
   actor seen, the launcher's hang detection, as an inference server does for plain
   actors; it logs ``param_lag/inline`` (the learner's version minus the one the actor acts
   with, in versions, averaged over statuses) and counts the actors' dropped parameter
-  messages as ``param_dropped/<reason>``. Anything else on the socket is ignored.
+  messages as ``param_dropped/<reason>``. A status is checked once
+  (:data:`~jaxsrl.streams.status.INLINE_STATUS`); a malformed one is dropped with a
+  warning and counted (``dropped_status``).
 
 It is ``ready`` (``param_address`` and ``status_address`` known) once both are bound.
 """
@@ -29,8 +31,10 @@ import zmq
 
 from jaxsrl.core.worker import Worker
 from jaxsrl.streams import wire
+from jaxsrl.streams.admission import DropLog
 from jaxsrl.streams.param_stream import ParamPublisher
-from jaxsrl.streams.sockets import bind, drain, open_socket
+from jaxsrl.streams.sockets import drain
+from jaxsrl.streams.status import DROPPED_STATUS, INLINE_STATUS, bind_status
 
 log = logging.getLogger("jaxsrl.launch.inline_params")
 
@@ -63,14 +67,14 @@ class InlineParameters(Worker):
         self.status_address: str | None = None
         self.publisher: ParamPublisher | None = None
         self._dropped: dict[tuple, int] = {}  # (actor, run, policy, reason) -> count reported
+        self._drop_log = DropLog(log, "status")
 
     def _run(self) -> None:
         """Publish and collect statuses until ``stop`` is set."""
         status = None
         try:
-            status = open_socket(self.context, zmq.PULL, max_frame_bytes=wire.MAX_HEADER_BYTES,
-                                 curve_server=self.curve)
-            self.status_address = bind(status, self.host, name="inline-status")
+            status, self.status_address = bind_status(self.context, self.host, "inline-status",
+                                                      self.curve)
             self.publisher = ParamPublisher(self.store, self.policies, self.context, self.host,
                                             interval_s=self.cfg.param_publish_interval_s,
                                             curve=self.curve, metrics=self.metrics)
@@ -89,30 +93,27 @@ class InlineParameters(Worker):
                 status.close()
 
     def on_status(self, frames: list) -> None:
-        """Take one ``inline_status`` (see module docstring); anything else is ignored."""
+        """Take one ``inline_status`` (see module docstring): a malformed message is dropped
+        with a rate-limited warning and counted (``dropped_status``); one of an unknown
+        actor or an actor's previous run is ignored."""
         try:
-            msg = wire.decode(frames, max_bytes=0)
-            if msg.kind != "inline_status":
-                return
-            actor = self.table.check(msg.meta)
+            meta = INLINE_STATUS.decode(frames)
+        except wire.WireError as exc:
+            self._drop_log(self.name, exc)
+            self.metrics.count(DROPPED_STATUS)
+            return
+        try:
+            actor = self.table.check(meta)
         except wire.WireError:  # not from a live actor run of this run
             return
         self.table.seen(actor)
-        meta = msg.meta
-        versions = meta.get("versions")
-        if isinstance(versions, dict):
-            for policy, version in versions.items():
-                learner = self.metrics.policy_version.get(policy)
-                if type(version) is int and version >= 0 and learner is not None:  # noqa: E721
-                    self.metrics.add_means({"param_lag/inline": learner - version})
-        dropped = meta.get("dropped")
-        if isinstance(dropped, dict):
-            for policy, reasons in list(dropped.items())[:16]:
-                if not isinstance(reasons, dict):
-                    continue
-                for reason, n in list(reasons.items())[:16]:
-                    key = (actor, meta.get("run"), policy, reason)
-                    if isinstance(reason, str) and len(reason) < 32 and type(n) is int \
-                            and n > self._dropped.get(key, 0):  # noqa: E721
-                        self.metrics.count(f"param_dropped/{reason}", n - self._dropped.get(key, 0))
-                        self._dropped[key] = n
+        for policy, version in meta["versions"].items():
+            learner = self.metrics.policy_version.get(policy)
+            if version >= 0 and learner is not None:
+                self.metrics.add_means({"param_lag/inline": learner - version})
+        for policy, reasons in list(meta["dropped"].items())[:16]:
+            for reason, n in list(reasons.items())[:16]:
+                key = (actor, meta["run"], policy, reason)
+                if len(reason) < 32 and n > self._dropped.get(key, 0):
+                    self.metrics.count(f"param_dropped/{reason}", n - self._dropped.get(key, 0))
+                    self._dropped[key] = n

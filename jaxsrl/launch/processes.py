@@ -21,7 +21,6 @@ import sys
 import time
 from typing import Any, Protocol, Sequence
 
-from jaxsrl.core.child import read_error
 from jaxsrl.core.exit_codes import EXIT_ENV_ERROR
 from jaxsrl.core.paths import child_env
 
@@ -110,29 +109,3 @@ def exit_reason(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return {EXIT_ENV_ERROR: "its environment raised", 0: "it stopped"}.get(code, f"exit code {code}")
-
-
-
-
-def kill_for_restart(child: "ChildProcess", what: str, group: str, reason: str, restarts: int,
-                     limit: int) -> str:
-    """Kill a failed server process before its supervisor restarts it; returns the first
-    line of its error file (``""``: none).
-
-    Args:
-      child: the process.
-      what: it, for the message (``inference server policy[0]``).
-      group: its kind in the plural (``remote inference servers``).
-      reason: why it is restarted (``exited with code 1``, ``stalled``, ...).
-      restarts, limit: restarts so far in this run and ``max_server_restarts``.
-
-    Raises:
-      RuntimeError: ``restarts >= limit``, naming the process, the reason and its error.
-    """
-    child.kill()
-    error = read_error(child.spec.get("error_file"))
-    if restarts >= limit:
-        raise RuntimeError(f"{what} (pid {child.proc.pid}) {reason}" + (f": {error}" if error else "")
-                           + f"; {group} were restarted {restarts} times in this run "
-                           f"(max_server_restarts={limit}), giving up")
-    return error

@@ -35,8 +35,6 @@ import numpy as np
 from jaxsrl.streams import wire
 
 SAMPLE, BATCH, PRIORITIES, ACTOR_RUNS = "sample", "replay_batch", "priorities", "actor_runs"
-STATUS = "buffer_status"
-"""Buffer process -> launcher, every ``status_interval_s`` (see ``jaxsrl/workers/buffer/server.py``)."""
 ITEM_PREFIX = "items/"
 
 

@@ -41,6 +41,7 @@ def test_inline_actor_processes_train_cartpole(tmp_path):
     intervals = _intervals(logdir)
     assert any("episode_return_mean" in r for r in intervals)
     assert any("param_lag/inline" in r for r in intervals)  # statuses of the actors arrived
+    assert not any("dropped_status" in r for r in intervals)  # each passed its schema
     assert not any("inference/batches" in r for r in intervals)  # no inference server ran
     assert psutil.Process().children(recursive=True) == []
 

@@ -462,6 +462,7 @@ def test_dqn_with_buffer_processes_then_resume(tmp_path):
                 "staleness_mean", "episode_return_mean"):
         assert key in last, key
     assert 0 < last["replay/ratio"] < 16  # about 8 per item past the fill (interval means)
+    assert "dropped_status" not in record  # every buffer_status passed its schema
 
     with pytest.raises(ValueError, match="does not support --save_replay"):
         train(load_config(flags + ["--total_env_steps=3000", "--resume", "--save_replay"]))

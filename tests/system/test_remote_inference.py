@@ -301,6 +301,7 @@ def test_cartpole_with_two_remote_servers_over_curve(tmp_path):
         assert lags and all(0 <= lag <= record["policy_version"] for lag in lags)
     assert any(r.get("inference/batch_rows", 0) > 0 for r in records)
     assert "server_restarts" not in record
+    assert "dropped_status" not in record  # every server_status passed its schema
     assert psutil.Process().children(recursive=True) == []  # servers and actors stopped
 
 

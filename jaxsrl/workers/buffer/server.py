@@ -67,6 +67,7 @@ from jaxsrl.streams.admission import ActorTable, DropLog
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.segment import to_trajectory
 from jaxsrl.streams.sockets import bind, open_socket
+from jaxsrl.streams.status import BUFFER_STATUS
 from jaxsrl.workers.buffer.feed import ReplayFeed
 from jaxsrl.workers.buffer.segments import NonFiniteSegment, SegmentGate
 from jaxsrl.workers.buffer.spec import BufferProcessSpec
@@ -297,7 +298,7 @@ class BufferServer(Worker):
 
     # -- status -----------------------------------------------------------------------
     def status(self) -> dict:
-        """The ``buffer_status`` meta (see the module doc)."""
+        """The ``buffer_status`` meta (:data:`~jaxsrl.streams.status.BUFFER_STATUS`)."""
         now = time.monotonic()
         elapsed, self._status_at = now - self._status_at, now
         snap = self.metrics.snapshot(max(elapsed, 1e-3))
@@ -321,8 +322,7 @@ class BufferServer(Worker):
 
     def _send_status(self, status: zmq.Socket) -> None:
         try:
-            status.send_multipart(wire.encode(replay_wire.STATUS, {}, self.status()),
-                                  flags=zmq.NOBLOCK)
+            status.send_multipart(BUFFER_STATUS.encode(self.status()), flags=zmq.NOBLOCK)
         except zmq.Again:  # the launcher is busy or gone: the next status will do
             pass
 

@@ -58,6 +58,7 @@ from jaxsrl.streams import security, wire
 from jaxsrl.streams.admission import ActorTable
 from jaxsrl.streams.param_subscriber import ParamSubscriber
 from jaxsrl.streams.params import ParameterStore
+from jaxsrl.streams.status import SERVER_STATUS
 from jaxsrl.streams.security import ENV_SERVER_PUBLIC, ENV_SERVER_SECRET
 from jaxsrl.streams.sockets import open_socket
 from jaxsrl.workers.inference.policy import PolicyWorker
@@ -205,8 +206,7 @@ class InferenceServer(Worker):
                     self.serving.set()
                 self.heartbeat = worker.heartbeat
                 try:
-                    status.send_multipart(wire.encode("server_status", {}, self.status()),
-                                          flags=zmq.NOBLOCK)
+                    status.send_multipart(SERVER_STATUS.encode(self.status()), flags=zmq.NOBLOCK)
                 except zmq.Again:  # the launcher is busy or gone: the next status will do
                     pass
                 if self.stop.wait(self.status_interval_s):
@@ -215,7 +215,7 @@ class InferenceServer(Worker):
             status.close()
 
     def status(self) -> dict:
-        """The ``server_status`` meta (see module docstring)."""
+        """The ``server_status`` meta (:data:`~jaxsrl.streams.status.SERVER_STATUS`)."""
         snap = self.metrics.snapshot(self.status_interval_s)
         means = {k: v for k, v in snap.items() if k.startswith("inference/") and isinstance(v, float)}
         counters = {k: v for k, v in snap.items() if isinstance(v, int) and not isinstance(v, bool)
