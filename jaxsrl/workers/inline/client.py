@@ -44,8 +44,8 @@ import zmq
 
 from jaxsrl.experiment.agent_build import factory_of_spec
 from jaxsrl.parallel.compile_cache import enable_compilation_cache
-from jaxsrl.streams import wire
 from jaxsrl.streams.sockets import open_socket
+from jaxsrl.streams.status import INLINE_STATUS
 from jaxsrl.workers.actor.action_client import Actions, Alive
 from jaxsrl.workers.actor.spec import ActorSpec
 from jaxsrl.workers.inline.policy import InlinePolicy
@@ -176,7 +176,7 @@ class InlineClient:
                 "versions": {n: p.version for n, p in self.policies.items()},
                 "dropped": {n: dict(p.subscriber.dropped) for n, p in self.policies.items()}}
         try:
-            self._status.send_multipart(wire.encode("inline_status", {}, meta), flags=zmq.NOBLOCK)
+            self._status.send_multipart(INLINE_STATUS.encode(meta), flags=zmq.NOBLOCK)
         except zmq.Again:  # the launcher is busy: the next status will do
             pass
 
