@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import psutil
 
 from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.launch.processes import local_spawner
 from jaxsrl.parallel import devices
 from jaxsrl.streams.admission import ActorTable
 from jaxsrl.streams.carry import CarryCodec
@@ -128,8 +129,8 @@ def _point(worker: PolicyWorker, thread: threading.Thread, metrics: MetricsAccum
         for j in range(client_procs):  # process j's sockets are actors j*clients ..
             spec = {"address": worker.address, "clients": clients, "in_flight": in_flight,
                     "rows": rows, "arrays": arrays, "actor_base": j * clients}
-            procs.append(subprocess.Popen(
-                [sys.executable, CLIENTS_SCRIPT, json.dumps(spec)], stdin=subprocess.PIPE,
+            procs.append(local_spawner(
+                [sys.executable, CLIENTS_SCRIPT, json.dumps(spec)], {}, stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1))
         for proc in procs:
             _ask(proc)  # {"ready": true}: every group was answered once

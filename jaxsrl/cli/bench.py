@@ -9,7 +9,7 @@ writes ``docs/benchmarks.json`` and ``docs/benchmarks.md`` (see ``--help`` and
 
 Exit codes: 0 the report was written (rungs that failed are marked in it), 2 a bad
 flag or config (e.g. an unknown ``--env``, or an existing ``--out_md`` file without the
-markers of its generated region: :mod:`jaxsrl.bench.md_region`).
+markers of its generated region: :mod:`jaxsrl.cli.bench_report.md_region`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import shlex
 import sys
 import time
 
-from jaxsrl.bench import machine, md_region, report, report_render
+from jaxsrl.bench import machine
+from jaxsrl.cli.bench_report import md_region, report
+from jaxsrl.cli.bench_report import render as report_render
 from jaxsrl.bench.rungs import OPT_IN_RUNGS, RUNGS, Options, actor_layout, run_ladder
 from jaxsrl.core.paths import REPO_ROOT
 from jaxsrl.experiment.config import load_config, to_dict
@@ -64,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--e2e_s", type=float, default=None, help="measured seconds of rung 5")
     p.add_argument("--from_json", default="",
                    help="measure nothing: re-render --out_md (and the console table) from "
-                        "this JSON report, e.g. after editing jaxsrl/bench/report_render.py")
+                        "this JSON report, e.g. after editing jaxsrl/cli/bench_report/render.py")
     p.add_argument("--workdir", default="",
                    help="keep the end-to-end runs' logdirs here (default: a temporary folder)")
     return p

@@ -1,6 +1,6 @@
-"""Render a finished ladder report (:func:`jaxsrl.bench.report.finalize`) as Markdown
+"""Render a finished ladder report (:func:`jaxsrl.cli.bench_report.report.finalize`) as Markdown
 (``docs/benchmarks.md``) and console text, and write it with its JSON (the Markdown
-into the generated region of the file, :mod:`jaxsrl.bench.md_region`).
+into the generated region of the file, :mod:`jaxsrl.cli.bench_report.md_region`).
 
 Plain data in, text out (no JAX, no processes).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 
-from jaxsrl.bench import md_region
-from jaxsrl.bench.report import RUNG_TITLES, UNIT_DIGITS, fmt, fmt_pct
+from jaxsrl.cli.bench_report import md_region
+from jaxsrl.cli.bench_report.report import RUNG_TITLES, UNIT_DIGITS, fmt, fmt_pct
 
 METHOD = """\
 Every rung runs on the machine described above, with the run config resolved by
@@ -73,7 +73,7 @@ Every rung runs on the machine described above, with the run config resolved by
    thread kind (policy thread, ZeroMQ I/O, XLA pool, other) from psutil's thread times
    (`jaxsrl/bench/server_only.py`).
 
-**Compute-bound ceiling** (`jaxsrl/bench/ceiling.py`): cores / (env + act + learn),
+**Compute-bound ceiling** (`jaxsrl/cli/bench_report/ceiling.py`): cores / (env + act + learn),
 each the core time of one env step measured alone: env, rung 1's CPU time of
 `env.step`; act, the CPU time of rung 3's policy-worker process (every thread, XLA's
 included) at the layout's actor count; learn, rung 4's CPU time of the learner
@@ -232,7 +232,7 @@ def write(result: dict, json_path: str | None, md_path: str | None) -> None:
     only the generated region of an existing ``md_path``; its hand-written rest is kept.
 
     Raises:
-      jaxsrl.bench.md_region.RegionError: ``md_path`` exists without its region markers
+      jaxsrl.cli.bench_report.md_region.RegionError: ``md_path`` exists without its region markers
         (nothing is written to it).
     """
     if json_path:

@@ -2,14 +2,14 @@
 
 Everything here is plain data in, plain data or text out (no JAX, no processes), so
 the report of any ``benchmarks.json`` can be re-rendered with :func:`render_markdown`
-(:mod:`jaxsrl.bench.report_render`).
+(:mod:`jaxsrl.cli.bench_report.render`).
 """
 
 from __future__ import annotations
 
 import math
 
-from jaxsrl.bench import ceiling as ceiling_model
+from jaxsrl.cli.bench_report import ceiling as ceiling_model
 
 #: targets per environment (the issue's numbers, for the 2-core, no-GPU machine).
 TARGETS = {
