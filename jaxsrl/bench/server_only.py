@@ -25,7 +25,7 @@ rows-per-request size the window of ``duration_s`` (after ``warmup_s``) gives:
 
 On a shared machine the rates vary with the other load; the CPU figures much less. They
 do vary with how full the clients keep the server's queue (``requests_per_batch_mean``):
-one client process (about 0.8 of a core) no longer saturates a fast server, and several
+one client process no longer saturates a fast server, and several
 (``--client_procs``) take cores the server would otherwise have.
 
 ``python jaxsrl/bench/server_only.py [--env=CartPole-v1] [--rows=1,16,64] [--seconds=3]

@@ -62,6 +62,11 @@ def parser() -> argparse.ArgumentParser:
                    help=f"comma-separated rungs to run, of {','.join(RUNGS + OPT_IN_RUNGS)} "
                         f"(default: all but {','.join(OPT_IN_RUNGS)}: off-policy agents end to "
                         "end, DQN CartPole-v1 and SAC HalfCheetah-v5 with their own configs)")
+    p.add_argument("--fan_in_actors", type=_counts, default=None,
+                   help="rung 10 (fan_in): comma-separated simulated actor counts "
+                        "(default 1000,2000,4000; with --quick: 50)")
+    p.add_argument("--fan_in_rate", type=float, default=None,
+                   help="rung 10: requests per second of one simulated actor (default 1)")
     p.add_argument("--rung_s", type=float, default=None, help="measured seconds of rungs 1-4, 7 and 9")
     p.add_argument("--e2e_s", type=float, default=None, help="measured seconds of rung 5")
     p.add_argument("--from_json", default="",
@@ -106,6 +111,12 @@ def options(args, cfg, cores: int) -> Options:
     opts.scaling_counts = tuple(counts)
     if args.inference_actors is not None:
         opts.inference_actors = args.inference_actors
+    if args.quick:
+        opts.fan_in_actors, opts.fan_in_client_procs = (50,), 2
+    if args.fan_in_actors is not None:
+        opts.fan_in_actors = args.fan_in_actors
+    if args.fan_in_rate is not None:
+        opts.fan_in_rate = args.fan_in_rate
     if args.rung_s is not None:
         opts.rung_s = args.rung_s
     if args.e2e_s is not None:
