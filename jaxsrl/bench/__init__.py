@@ -12,16 +12,19 @@
 6. ``scaling``    end-to-end env steps/s against the number of actor processes;
 9. ``server_only`` the real policy worker with a trivial policy and fake actors (one or
    more fake-actor processes): rows/s per server core and CPU per request (7 ``replay`` and 8 ``offpolicy``: their modules);
+10. ``fan_in``    (opt-in) 1,000-4,000 simulated actors on one inference server and one
+   learner sample socket: latency, server CPU per request, memory per actor, refused
+   connections (:mod:`~jaxsrl.bench.fan_in`);
 
-plus the peak resident memory of each process kind, and the compute-bound ceiling
-(cores / the core time per env step of env, act and learn) with end to end as a
-fraction of it. One module per job: :mod:`~jaxsrl.bench.raw_env`,
-:mod:`~jaxsrl.bench.physics`, :mod:`~jaxsrl.bench.transport`,
+plus the peak resident memory of each process kind. One module per job:
+:mod:`~jaxsrl.bench.raw_env`, :mod:`~jaxsrl.bench.physics`, :mod:`~jaxsrl.bench.transport`,
 :mod:`~jaxsrl.bench.inference`, :mod:`~jaxsrl.bench.learner`,
-:mod:`~jaxsrl.bench.end_to_end`, :mod:`~jaxsrl.bench.server_only` (rungs); :mod:`~jaxsrl.bench.memory` (RSS sampling),
-:mod:`~jaxsrl.bench.machine` (what ran it), :mod:`~jaxsrl.bench.rungs` (runs the
-ladder), :mod:`~jaxsrl.bench.report` (targets, bottleneck, JSON and Markdown),
-:mod:`~jaxsrl.bench.ceiling` (the compute-bound ceiling);
-and :mod:`jaxsrl.cli.bench` the command line. Importing this package imports no JAX
-(the raw-environment and echo-server child processes use it).
+:mod:`~jaxsrl.bench.end_to_end`, :mod:`~jaxsrl.bench.server_only`, :mod:`~jaxsrl.bench.fan_in`
+(rungs);
+:mod:`~jaxsrl.bench.memory` (RSS sampling), :mod:`~jaxsrl.bench.machine` (what ran it),
+:mod:`~jaxsrl.bench.rungs` (runs the ladder),
+:mod:`~jaxsrl.bench.procs` (child processes, through ``jaxsrl.launch.processes``).
+The report (targets, bottleneck, compute-bound ceiling, JSON and Markdown) is the command
+line's: :mod:`jaxsrl.cli.bench_report`, with :mod:`jaxsrl.cli.bench`. Importing this
+package imports no JAX (the raw-environment and echo-server child processes use it).
 """

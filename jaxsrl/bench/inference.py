@@ -11,7 +11,7 @@ from a request's arrival being noticed to the last reply sent), and the share of
 actor time spent waiting for actions. The CPU time of this process over the window
 (``time.process_time``: the policy worker thread and XLA's threads; also the segment
 sink's decoding, which is small) per env step is ``server_core_ms_per_env_step``, the
-act part of the compute-bound ceiling (:mod:`jaxsrl.bench.ceiling`);
+act part of the compute-bound ceiling (:mod:`jaxsrl.cli.bench_report.ceiling`);
 ``server_busy_ms_per_env_step`` is the latency-based estimate (p50 latency x batches
 per env step) beside it.
 """

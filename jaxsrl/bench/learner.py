@@ -8,7 +8,7 @@ for each result, as the trainer does when it reads the metrics) for ``duration_s
 Samples are rows x steps, i.e. env frames for single-agent environments. The CPU time
 of this process over the calls (``time.process_time``: every thread, XLA's included)
 per env step is ``core_ms_per_env_step``, the learn part of the compute-bound ceiling
-(:mod:`jaxsrl.bench.ceiling`).
+(:mod:`jaxsrl.cli.bench_report.ceiling`).
 """
 
 from __future__ import annotations

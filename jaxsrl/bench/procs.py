@@ -1,36 +1,37 @@
-"""Start and stop the benchmark's own child processes (``python -m <module> '<json>'``).
+"""The bench's child processes (``python -m <module> '<json>'``), started by the launcher's
+starter (:class:`jaxsrl.launch.processes.ChildProcess` with
+:func:`~jaxsrl.launch.processes.local_spawner`), with pipes for a one-line JSON handshake.
 
-Children get the repository on ``PYTHONPATH`` (like ``jaxsrl.launch.processes.ChildProcess``)
-and pipes for a one-line handshake on stdin/stdout.
+A child gets its spec plus a ``run_id`` (the launcher's restart key; bench children
+ignore it) and runs in its own session: it watches its parent's pid to end with it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
-import sys
 
-from jaxsrl.core.paths import child_env
+from jaxsrl.launch.processes import ChildProcess, local_spawner, stop_all
 
 
 def start_module(module: str, payload: dict, pipes: bool = True, **popen) -> subprocess.Popen:
-    """Start ``python -m module '<json payload>'``; stdin/stdout are text pipes if ``pipes``."""
+    """Start ``python -m module '<json payload>'``; returns its ``Popen`` (stdin/stdout
+    text pipes if ``pipes``; ``popen``: more ``Popen`` arguments, e.g. ``stdout=<file>``)."""
     if pipes:
         popen.update(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-    return subprocess.Popen([sys.executable, "-m", module, json.dumps(payload)],
-                            env=child_env(), **popen)
+    child = ChildProcess(module, payload, module=module,
+                         spawner=functools.partial(local_spawner, **popen))
+    child.start()
+    return child.proc
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> int | None:
-    """SIGTERM, then SIGKILL after ``grace_s``; returns the exit code."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    for pipe in (proc.stdin, proc.stdout):
+    """SIGTERM, then SIGKILL after ``grace_s`` (:func:`~jaxsrl.launch.processes.stop_all`),
+    close its pipes; returns the exit code."""
+    stop_all([ChildProcess("bench child", {}, proc=proc)], grace_s)
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
             try:
                 pipe.close()

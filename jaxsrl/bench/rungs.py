@@ -17,15 +17,15 @@ from typing import Callable
 
 import numpy as np
 
-from jaxsrl.bench import (agentfns, end_to_end, inference, learner, offpolicy, physics, raw_env,
-                          replay, server_only, transport)
+from jaxsrl.bench import (agentfns, end_to_end, fan_in, inference, learner, offpolicy, physics,
+                          raw_env, replay, server_only, transport)
 from jaxsrl.bench.load import LoadMeter
 from jaxsrl.bench.memory import MemorySampler
 
 RUNGS = ("raw_env", "physics", "transport", "inference", "server_only", "learner", "end_to_end",
          "scaling", "replay")
 #: valid in ``--rungs`` but not run by default (their own configs, minutes each)
-OPT_IN_RUNGS = ("offpolicy",)
+OPT_IN_RUNGS = ("offpolicy", "fan_in")
 
 
 @dataclasses.dataclass
@@ -53,6 +53,12 @@ class Options:
     server_client_procs: int = 1
     """Rung 9: fake-actor processes feeding the server (``server_only.measure``'s
     ``client_procs``)."""
+    fan_in_actors: tuple = (1000, 2000, 4000)
+    """Rung 10 (fan in): simulated actors, one point each (and per workload)."""
+    fan_in_rate: float = 1.0
+    """Rung 10: requests per second of one simulated actor."""
+    fan_in_client_procs: int = 4
+    """Rung 10: processes the simulated actors are spread over."""
     rungs: tuple = RUNGS
     """Which rungs to run."""
     workdir: str = ""
@@ -148,6 +154,11 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
     if "replay" in opts.rungs:
         rungs["replay"] = _guard("rung 7, replay buffer", lambda: replay.measure_for(
             get_built(), opts.rung_s), log)
+
+    if "fan_in" in opts.rungs:
+        rungs["fan_in"] = _guard("rung 10, fan in", lambda: fan_in.measure(
+            opts.fan_in_actors, client_procs=opts.fan_in_client_procs, rate=opts.fan_in_rate,
+            duration_s=opts.rung_s, warmup_s=2 * opts.warmup_s, host=cfg.host, log=log), log)
 
     workdir = opts.workdir or tempfile.mkdtemp(prefix="jaxsrl-bench-")
     try:

@@ -12,7 +12,8 @@ provisioned separately, so each is a separate ceiling):
   ``learn_flops = 3 * epochs * act_flops`` (forward + backward is about three
   forwards, Kaplan et al. 2020, section 2.1) for each of ``agents`` rows per env step.
 * **server CPU**: inference servers decode/encode each request on a CPU core:
-  ``server_cores * requests_per_core_s * env_steps_per_request``.
+  ``server_cores * requests_per_core_s * env_steps_per_request`` (``requests_per_core_s``
+  = 1e6 / the server's CPU µs per request, measured by the bench's fan-in rung).
 * **network**: bytes per env step (observations up, actions + carry down, the
   trajectory again to the learner) against the NIC bandwidth of the accelerator
   hosts (one per ``gpus_per_host`` GPUs).

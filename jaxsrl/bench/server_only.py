@@ -25,7 +25,7 @@ rows-per-request size the window of ``duration_s`` (after ``warmup_s``) gives:
 
 On a shared machine the rates vary with the other load; the CPU figures much less. They
 do vary with how full the clients keep the server's queue (``requests_per_batch_mean``):
-one client process (about 0.8 of a core) no longer saturates a fast server, and several
+one client process no longer saturates a fast server, and several
 (``--client_procs``) take cores the server would otherwise have.
 
 ``python jaxsrl/bench/server_only.py [--env=CartPole-v1] [--rows=1,16,64] [--seconds=3]
@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import psutil
 
 from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.launch.processes import local_spawner
 from jaxsrl.parallel import devices
 from jaxsrl.streams.admission import ActorTable
 from jaxsrl.streams.carry import CarryCodec
@@ -128,8 +129,8 @@ def _point(worker: PolicyWorker, thread: threading.Thread, metrics: MetricsAccum
         for j in range(client_procs):  # process j's sockets are actors j*clients ..
             spec = {"address": worker.address, "clients": clients, "in_flight": in_flight,
                     "rows": rows, "arrays": arrays, "actor_base": j * clients}
-            procs.append(subprocess.Popen(
-                [sys.executable, CLIENTS_SCRIPT, json.dumps(spec)], stdin=subprocess.PIPE,
+            procs.append(local_spawner(
+                [sys.executable, CLIENTS_SCRIPT, json.dumps(spec)], {}, stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1))
         for proc in procs:
             _ask(proc)  # {"ready": true}: every group was answered once

@@ -9,7 +9,7 @@ writes ``docs/benchmarks.json`` and ``docs/benchmarks.md`` (see ``--help`` and
 
 Exit codes: 0 the report was written (rungs that failed are marked in it), 2 a bad
 flag or config (e.g. an unknown ``--env``, or an existing ``--out_md`` file without the
-markers of its generated region: :mod:`jaxsrl.bench.md_region`).
+markers of its generated region: :mod:`jaxsrl.cli.bench_report.md_region`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import shlex
 import sys
 import time
 
-from jaxsrl.bench import machine, md_region, report, report_render
+from jaxsrl.bench import machine
+from jaxsrl.cli.bench_report import md_region, report
+from jaxsrl.cli.bench_report import render as report_render
 from jaxsrl.bench.rungs import OPT_IN_RUNGS, RUNGS, Options, actor_layout, run_ladder
 from jaxsrl.core.paths import REPO_ROOT
 from jaxsrl.experiment.config import load_config, to_dict
@@ -60,11 +62,16 @@ def parser() -> argparse.ArgumentParser:
                    help=f"comma-separated rungs to run, of {','.join(RUNGS + OPT_IN_RUNGS)} "
                         f"(default: all but {','.join(OPT_IN_RUNGS)}: off-policy agents end to "
                         "end, DQN CartPole-v1 and SAC HalfCheetah-v5 with their own configs)")
+    p.add_argument("--fan_in_actors", type=_counts, default=None,
+                   help="rung 10 (fan_in): comma-separated simulated actor counts "
+                        "(default 1000,2000,4000; with --quick: 50)")
+    p.add_argument("--fan_in_rate", type=float, default=None,
+                   help="rung 10: requests per second of one simulated actor (default 1)")
     p.add_argument("--rung_s", type=float, default=None, help="measured seconds of rungs 1-4, 7 and 9")
     p.add_argument("--e2e_s", type=float, default=None, help="measured seconds of rung 5")
     p.add_argument("--from_json", default="",
                    help="measure nothing: re-render --out_md (and the console table) from "
-                        "this JSON report, e.g. after editing jaxsrl/bench/report_render.py")
+                        "this JSON report, e.g. after editing jaxsrl/cli/bench_report/render.py")
     p.add_argument("--workdir", default="",
                    help="keep the end-to-end runs' logdirs here (default: a temporary folder)")
     return p
@@ -104,6 +111,12 @@ def options(args, cfg, cores: int) -> Options:
     opts.scaling_counts = tuple(counts)
     if args.inference_actors is not None:
         opts.inference_actors = args.inference_actors
+    if args.quick:
+        opts.fan_in_actors, opts.fan_in_client_procs = (50,), 2
+    if args.fan_in_actors is not None:
+        opts.fan_in_actors = args.fan_in_actors
+    if args.fan_in_rate is not None:
+        opts.fan_in_rate = args.fan_in_rate
     if args.rung_s is not None:
         opts.rung_s = args.rung_s
     if args.e2e_s is not None:

@@ -21,6 +21,7 @@ import gymnasium
 from agents import AGENTS
 from jaxsrl.cli import help as help_lib
 from jaxsrl.cli.common import configure_logging, import_from_current_directory
+from jaxsrl.core.limits import raise_fd_limit
 from jaxsrl.experiment.config import load_config
 from jaxsrl.experiment.metrics import return_text, returns_of
 from jaxsrl.launch.launcher import ComponentDied, train
@@ -54,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     import_from_current_directory()
     configure_logging()
+    raise_fd_limit()  # local inference servers and the learner hold a connection per actor
     args = list(sys.argv[1:] if argv is None else argv)
     wants_help = "-h" in args or "--help" in args
     args = [a for a in args if a not in ("-h", "--help")]

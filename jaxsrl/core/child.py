@@ -18,6 +18,8 @@ import threading
 import traceback
 from typing import Any, Callable, Sequence
 
+from jaxsrl.core.limits import raise_fd_limit
+
 log = logging.getLogger("jaxsrl.child")
 
 
@@ -92,7 +94,8 @@ def start_child(argv: Sequence[str] | None, label: Callable[[dict], str],
     Reads the spec (:func:`read_spec`), checks it has the ``required`` keys, logs to
     stderr as ``[<label(spec)>] message`` (replacing handlers that imports such as
     Orbax's absl put on the root logger; absl and JAX's backend chatter quieted), dies
-    with ``spec["parent_pid"]`` (:func:`die_with_parent`), and makes SIGTERM/SIGINT
+    with ``spec["parent_pid"]`` (:func:`die_with_parent`), raises its open-file limit
+    (:func:`jaxsrl.core.limits.raise_fd_limit`), and makes SIGTERM/SIGINT
     raise ``SystemExit(0)`` (:func:`install_stop_signals`), or set ``stop`` instead
     when given (a process that may be inside a collective, which a raise cannot
     interrupt, polls it).
@@ -109,6 +112,7 @@ def start_child(argv: Sequence[str] | None, label: Callable[[dict], str],
     logging.getLogger("absl").setLevel(logging.WARNING)
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
     die_with_parent(spec.get("parent_pid"))
+    raise_fd_limit()  # a server or learner holds a connection per actor
     if stop is None:
         install_stop_signals()
     else:

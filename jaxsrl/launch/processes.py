@@ -31,13 +31,15 @@ class Spawner(Protocol):
     def __call__(self, argv: list[str], env: dict[str, str], prefix: Sequence[str] = ()) -> Any: ...
 
 
-def local_spawner(argv: list[str], env: dict[str, str], prefix: Sequence[str] = ()) -> subprocess.Popen:
-    """Start ``prefix + argv`` on this machine, in its own session.
+def local_spawner(argv: list[str], env: dict[str, str], prefix: Sequence[str] = (),
+                  **popen: Any) -> subprocess.Popen:
+    """Start ``prefix + argv`` on this machine, in its own session (``popen``: more
+    ``subprocess.Popen`` arguments, e.g. the bench's stdin/stdout pipes).
 
     Own session: a terminal's Ctrl-C goes to the launcher only, which stops children
     in order; ``PR_SET_PDEATHSIG`` (set by the child) still kills them with the launcher.
     """
-    return subprocess.Popen([*prefix, *argv], env=child_env(env), start_new_session=True)
+    return subprocess.Popen([*prefix, *argv], env=child_env(env), start_new_session=True, **popen)
 
 
 @dataclasses.dataclass

@@ -72,6 +72,11 @@ def open_socket(context: zmq.Context | None, kind: int, *, linger_ms: int = 0,
     return sock
 
 
+#: Pending TCP connections a bound socket queues (``ZMQ_BACKLOG``; ZeroMQ's default is 100,
+#: the kernel caps it at ``net.core.somaxconn``): thousands of actors connecting at once
+#: overflowed 100, and each dropped SYN waits out TCP's retry back-off (1, 3, 7, 15 s ...).
+LISTEN_BACKLOG = 4096
+
 #: Bind host of serial mode: a fresh ``inproc://`` endpoint per socket.
 INPROC = "inproc"
 
@@ -87,7 +92,8 @@ def bind(sock: zmq.Socket, host: str, port: int = 0, name: str = "socket") -> st
         (``--launcher=serial``): the same sockets, messages and checks between threads
         sharing one ``zmq.Context``. ZeroMQ does not enforce ``MAXMSGSIZE`` on
         ``inproc``; the receivers' own size checks still drop oversized messages.
-      port: TCP port (0: a free one); ignored for :data:`INPROC`.
+      port: TCP port (0: a free one); ignored for :data:`INPROC`. A TCP socket queues up
+        to :data:`LISTEN_BACKLOG` connections not yet accepted.
       name: the endpoint's readable part for :data:`INPROC` (e.g. the worker's name).
 
     Raises:
@@ -97,6 +103,7 @@ def bind(sock: zmq.Socket, host: str, port: int = 0, name: str = "socket") -> st
         address = f"inproc://{name}-{secrets.token_hex(4)}"
         sock.bind(address)
         return address
+    sock.setsockopt(zmq.BACKLOG, LISTEN_BACKLOG)
     if port:
         sock.bind(f"tcp://{host}:{port}")
     else:

@@ -9,7 +9,8 @@ import sys
 import psutil
 import pytest
 
-from jaxsrl.bench import report, report_render
+from jaxsrl.cli.bench_report import report
+from jaxsrl.cli.bench_report import render as report_render
 from jaxsrl.cli import bench as cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from jaxsrl.bench import ceiling, report
+from jaxsrl.cli.bench_report import ceiling, report
 
 
 def _result(e2e=1500.0, **rungs):

@@ -1,5 +1,5 @@
 """Regenerating the benchmark report keeps its hand-written sections
-(jaxsrl/bench/md_region.py through ``scripts/bench.py --from_json``, which rewrites the
+(jaxsrl/cli/bench_report/md_region.py through ``scripts/bench.py --from_json``, which rewrites the
 Markdown the way a full run does, without measuring)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from jaxsrl.bench import md_region, report, report_render
+from jaxsrl.cli.bench_report import md_region, report
+from jaxsrl.cli.bench_report import render as report_render
 from jaxsrl.cli import bench as cli
 
 START, END = md_region.START, md_region.END

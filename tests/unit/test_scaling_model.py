@@ -37,3 +37,27 @@ def test_gpus_to_keep_up_is_the_first_gpu_count_where_the_actors_are_the_bottlen
 def test_bad_sizes_are_named():
     with pytest.raises(ValueError, match="0"):
         ceilings(COSTS, HW, 0, 1)
+
+
+def _fan_in(points):
+    return {"rungs": {"fan_in": {"points": points}}}
+
+
+def test_server_cost_is_the_largest_fan_in_point_that_kept_up():
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "scaling_model.py")
+    spec = importlib.util.spec_from_file_location("scaling_model_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    ok = {"workload": "hide_and_seek", "lost": 0, "rate_per_actor": 1.0}
+    points = [{**ok, "actors": 1000, "requests_per_s": 990.0, "server_cpu_us_per_request": 250.0},
+              {**ok, "actors": 2000, "requests_per_s": 1900.0, "server_cpu_us_per_request": 200.0},
+              {**ok, "actors": 4000, "requests_per_s": 1500.0, "server_cpu_us_per_request": 160.0},
+              {**ok, "actors": 8000, "error": "RuntimeError: x"},
+              {**ok, "workload": "CartPole-v1", "actors": 4000, "requests_per_s": 4000.0,
+               "server_cpu_us_per_request": 50.0}]
+    assert script.server_cost(_fan_in(points))["server_cpu_us_per_request"] == 200.0
+    with pytest.raises(ValueError, match="kept up"):
+        script.server_cost(_fan_in(points[2:]))

@@ -150,7 +150,8 @@ class PolicyWorker(Worker):
                                self._carry.to_tree(view))
         self._replies = wire.SliceEncoder("action")
         self._decoder = wire.SchemaDecoder(self._request_schema, self.max_bytes, "observation")
-        self._admitted = AdmittedRequests(actors)
+        # one header per actor group, each of >= 1 row: max_rows of them never thrash it
+        self._admitted = AdmittedRequests(actors, max_known=max(4096, self.max_rows))
         self._remember = True  # (set again when serving starts)
 
     # -- compute -----------------------------------------------------------------

@@ -2,14 +2,14 @@
 
 Everything here is plain data in, plain data or text out (no JAX, no processes), so
 the report of any ``benchmarks.json`` can be re-rendered with :func:`render_markdown`
-(:mod:`jaxsrl.bench.report_render`).
+(:mod:`jaxsrl.cli.bench_report.render`).
 """
 
 from __future__ import annotations
 
 import math
 
-from jaxsrl.bench import ceiling as ceiling_model
+from jaxsrl.cli.bench_report import ceiling as ceiling_model
 
 #: targets per environment (the issue's numbers, for the 2-core, no-GPU machine).
 TARGETS = {
@@ -30,6 +30,7 @@ RUNG_TITLES = {
     "replay": "7. replay buffer",
     "offpolicy": "8. off-policy",
     "server_only": "9. inference server only",
+    "fan_in": "10. fan in",
 }
 
 
@@ -326,6 +327,19 @@ def table(result: dict) -> list[dict]:
             f"({fmt(p.get('requests_per_batch_mean'), 1)} requests)", None, so)
     if so is not None and not _ok(so):
         add("server_only", "rows/s per server core", "—", _err(so))
+    fi = rungs.get("fan_in")
+    for p in fi["points"] if _ok(fi) else ():
+        what = f"p99 latency (ms), {p['workload']}, {p['actors']:,} actors"
+        if not _ok(p):
+            add("fan_in", what, "—", _err(p))
+            continue
+        add("fan_in", what, fmt(p["latency_ms_p99"], 1),
+            f"p50 {fmt(p['latency_ms_p50'], 2)} ms at {fmt(p['requests_per_s'])} requests/s "
+            f"({p['rate_per_actor']:g}/s per actor); server {fmt(p['server_cpu_us_per_request'])} "
+            f"µs CPU per request, {fmt(p['server_kib_per_actor'], 1)} KiB per actor; refused "
+            f"{p['refused']}, unanswered {p['unanswered']}, lost {p['lost']}", None, fi)
+    if fi is not None and not _ok(fi):
+        add("fan_in", "p99 latency (ms)", "—", _err(fi))
     return rows
 
 

@@ -1,6 +1,6 @@
-"""Render a finished ladder report (:func:`jaxsrl.bench.report.finalize`) as Markdown
+"""Render a finished ladder report (:func:`jaxsrl.cli.bench_report.report.finalize`) as Markdown
 (``docs/benchmarks.md``) and console text, and write it with its JSON (the Markdown
-into the generated region of the file, :mod:`jaxsrl.bench.md_region`).
+into the generated region of the file, :mod:`jaxsrl.cli.bench_report.md_region`).
 
 Plain data in, text out (no JAX, no processes).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 
-from jaxsrl.bench import md_region
-from jaxsrl.bench.report import RUNG_TITLES, UNIT_DIGITS, fmt, fmt_pct
+from jaxsrl.cli.bench_report import md_region
+from jaxsrl.cli.bench_report.report import RUNG_TITLES, UNIT_DIGITS, fmt, fmt_pct
 
 METHOD = """\
 Every rung runs on the machine described above, with the run config resolved by
@@ -72,8 +72,18 @@ Every rung runs on the machine described above, with the run config resolved by
    process (`time.process_time`: every thread) over the window; CPU per request split by
    thread kind (policy thread, ZeroMQ I/O, XLA pool, other) from psutil's thread times
    (`jaxsrl/bench/server_only.py`).
+10. **Fan in** (opt-in: `--rungs=fan_in`): 1,000-4,000 simulated actors (one DEALER and
+   one PUSH socket each, spread over a few processes: `jaxsrl/bench/fan_in_clients.py`,
+   no JAX) on ONE inference server (the real `PolicyWorker`, trivial policy, every actor
+   in its actor table, `max_rows` of all actors as the launcher sizes it) and ONE sample
+   socket (the trainer's PULL settings and `SegmentGate`, no `learn`), with the
+   CartPole and hide-and-seek request and segment sizes, each actor sending about
+   `--fan_in_rate` requests per second and a segment every T replies of a ring group.
+   Latency from send to reply at the actors (p50/p99 of a log histogram), server CPU per
+   request (`time.process_time` of the server's process), RSS growth per actor, file
+   descriptors, and connections refused or never answered (`jaxsrl/bench/fan_in.py`).
 
-**Compute-bound ceiling** (`jaxsrl/bench/ceiling.py`): cores / (env + act + learn),
+**Compute-bound ceiling** (`jaxsrl/cli/bench_report/ceiling.py`): cores / (env + act + learn),
 each the core time of one env step measured alone: env, rung 1's CPU time of
 `env.step`; act, the CPU time of rung 3's policy-worker process (every thread, XLA's
 included) at the layout's actor count; learn, rung 4's CPU time of the learner
@@ -192,10 +202,44 @@ def render_markdown(result: dict) -> str:
                 _md_table(["process kind", "peak RSS (MiB)", "processes", "measured in"],
                           [[k, fmt(v["peak_rss_mib"], 1), v["processes"], v["measured_in"]]
                            for k, v in sorted(result["memory"].items())]), ""]
+    if "points" in (result["rungs"].get("fan_in") or {}):
+        out += ["## Fan in", "", fan_in_markdown(result["rungs"]["fan_in"]), ""]
     if result.get("notes"):
         out += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
     out += ["## How each rung is measured", "", METHOD]
     return "\n".join(out)
+
+
+def fan_in_markdown(rung: dict) -> str:
+    """Rung 10's table (one row per workload and actor count) and its fd limits."""
+    rows = []
+    for p in rung["points"]:
+        if "error" in p:
+            rows.append([p["workload"], f"{p['actors']:,}", p["error"]] + [""] * 9)
+            continue
+        by = p.get("cpu_us_per_request_by_thread") or {}
+        rows.append([
+            p["workload"], f"{p['actors']:,}", fmt(p["requests_per_s"]),
+            fmt(p["latency_ms_p50"], 2), fmt(p["latency_ms_p99"], 1),
+            f"{fmt(p['server_cpu_us_per_request'])} ({fmt(by.get('policy'))} / {fmt(by.get('zmq'))})",
+            fmt(p["server_cores"], 2),
+            f"{fmt(p['segments_per_s'])} ({fmt(p['receiver_cpu_us_per_segment'])} µs)",
+            f"{fmt(p['server_kib_per_actor'], 1)} / {fmt(p['client_rss_mib_per_actor'] * 1024, 0)}",
+            f"{p['server_fds']:,} ({p['server_fds_per_actor']:.2f})",
+            f"{p['refused']} / {p['unanswered']} / {p['lost']}",
+            f"{p['segments_blocked']} / {p['segments_dropped']}"])
+    return "\n".join([
+        _md_table(["workload", "actors", "requests/s", "p50 ms", "p99 ms",
+                   "server CPU µs/request (policy thread / ZeroMQ I/O)", "server cores",
+                   "segments/s (receiver CPU per segment)",
+                   "KiB per actor: server RSS / client RSS", "server fds (per actor)",
+                   "refused / unanswered / lost requests (since connecting)",
+                   "segments blocked / dropped"], rows),
+        "",
+        f"{rung.get('rate_per_actor')} requests/s per actor, actors spread over "
+        f"{rung.get('client_procs')} client processes; file-descriptor limit (soft/hard): "
+        f"{rung.get('fd_limit_soft_before')} / {rung.get('fd_limit_hard')}, soft raised to "
+        f"{rung.get('fd_limit_soft')} in the server and client processes."])
 
 
 def render_console(result: dict) -> str:
@@ -232,7 +276,7 @@ def write(result: dict, json_path: str | None, md_path: str | None) -> None:
     only the generated region of an existing ``md_path``; its hand-written rest is kept.
 
     Raises:
-      jaxsrl.bench.md_region.RegionError: ``md_path`` exists without its region markers
+      jaxsrl.cli.bench_report.md_region.RegionError: ``md_path`` exists without its region markers
         (nothing is written to it).
     """
     if json_path:
