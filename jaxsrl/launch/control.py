@@ -69,7 +69,8 @@ class Run:
       context: the run's ZeroMQ context (its sockets end with it).
       table, metrics, store: the actor table, metrics and parameter store shared by
         every worker.
-      trainers: sample stream -> its trainer; servers: name -> local policy worker.
+      trainers: sample stream -> its trainer.
+      inference: where inference runs (:mod:`jaxsrl.launch.inference_backends`).
       workers: every worker thread of this process (trainers first).
       actors: the actor processes (or threads).
       checkpointers: one per trainer.
@@ -92,7 +93,7 @@ class Run:
     metrics: MetricsAccumulator = dataclasses.field(default_factory=MetricsAccumulator)
     store: Any = None
     trainers: dict = dataclasses.field(default_factory=dict)
-    servers: dict = dataclasses.field(default_factory=dict)
+    inference: Any = None
     workers: list[WorkerThread] = dataclasses.field(default_factory=list)
     actors: list[ChildProcess] = dataclasses.field(default_factory=list)
     checkpointers: list = dataclasses.field(default_factory=list)
@@ -104,6 +105,15 @@ class Run:
     keys: Any = None
     seed_base: int = 0
     actor_threads: ThreadSpawner | None = None
+
+    @property
+    def server_keys(self) -> tuple | None:
+        """``(public, secret)`` CURVE server keys of the run's sockets, or ``None``."""
+        return (self.keys.server_public, self.keys.server_secret) if self.keys else None
+
+    def actor_runs(self) -> dict:
+        """``{actor_id: run_id}`` of the actor processes started so far."""
+        return {a.spec["actor_id"]: a.spec["run_id"] for a in self.actors if "run_id" in a.spec}
 
     def trainer_threads(self) -> list[WorkerThread]:
         return [w for w in self.workers if w.kind is Kind.TRAINER]
@@ -129,7 +139,7 @@ class ControlLoop:
         self.record: dict = {}
         self.responsive_since: float | None = None  # since when every worker kept turning its loop
         self.supervisor = ActorSupervisor(run.cfg, run.actors, run.table, run.metrics,
-                                          run.workers, run.seed_base)
+                                          run.inference.liveness, run.seed_base)
 
     def __call__(self) -> dict:
         """Loop until done; returns the last metrics record.

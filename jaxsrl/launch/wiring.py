@@ -24,31 +24,27 @@ from jaxsrl.core.agent import AgentFns, EnvSpec
 from jaxsrl.envs import env_has_idle_rows
 from jaxsrl.experiment import events
 from jaxsrl.experiment import resume as resumption
-from jaxsrl.experiment.agent_build import agent_spec, factory_of_run
+from jaxsrl.experiment.agent_build import factory_of_run
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.experiment.metrics import MetricsWriter, PolicyMetrics
 from jaxsrl.launch import serial
 from jaxsrl.launch.buffer_processes import BufferProcesses, shard_specs
 from jaxsrl.launch.control import Run
-from jaxsrl.launch.inline_params import InlineParameters
+from jaxsrl.launch.inference_backends import inference_backend
 from jaxsrl.launch.periodic_eval import PeriodicEvaluator
 from jaxsrl.launch.population import Population
 from jaxsrl.launch.processes import ChildProcess, local_spawner
-from jaxsrl.launch.remote_inference import RemoteInferenceServers
 from jaxsrl.launch.selfplay import SelfPlay
 from jaxsrl.launch.supervision import ComponentDied
-from jaxsrl.launch.topology import Assigner, server_names
+from jaxsrl.launch.topology import envs_of
 from jaxsrl.launch.worker_threads import Kind, WorkerThread
 from jaxsrl.parallel import devices
 from jaxsrl.streams import security, sockets
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.spaces import action_leaf, space_leaves
-from jaxsrl.workers.inference.policy import PolicyWorker
 from jaxsrl.workers.learner import replay_setup
 
 log = logging.getLogger("jaxsrl")
-#: the ``python -m`` modules of an actor process and of an inline actor process.
-ACTOR_MODULE, INLINE_MODULE = "jaxsrl.workers.actor", "jaxsrl.workers.inline"
 
 
 @dataclasses.dataclass
@@ -80,11 +76,6 @@ class AgentSetup:
     def rows_per_env(self, team) -> int:
         """Rows of one environment on a stream serving ``team`` (``None``: every agent)."""
         return len(self.teams) if team is None else sum(t == team for t in self.teams)
-
-
-def envs_of(cfg: Any, group: Any) -> int:
-    """Environments per actor process of actor group ``group``."""
-    return group.envs_per_actor or cfg.envs_per_actor
 
 
 def planned_updates(cfg: Any, flow: Any, teams: list, replay: Any = None) -> dict:
@@ -180,9 +171,10 @@ def start(run: Run, setup: AgentSetup, restored: Callable[[], None] = lambda: No
     """
     cfg, flow = run.cfg, run.flow
     run.store = run.placement.parameter_store()
+    run.inference = inference_backend(cfg)
     num_actors = sum(a.count for a in flow.actors)
-    num_remote = sum(p.count for p in flow.policy_workers) if cfg.remote_inference else 0
-    run.keys = security.CurveKeys.generate(range(num_actors + num_remote)) if cfg.curve else None
+    num_keys = num_actors + run.inference.client_keys(flow)
+    run.keys = security.CurveKeys.generate(range(num_keys)) if cfg.curve else None
     run.auth = security.start_authenticator(run.context, run.keys.allowed()) if run.keys else None
     run.population = Population.of_run(cfg, run.logdir, run.metrics)  # None without --population
     buffers = _buffer_processes(run, setup)  # None unless a buffer has placement "process"
@@ -191,31 +183,22 @@ def start(run: Run, setup: AgentSetup, restored: Callable[[], None] = lambda: No
     if buffers is not None:
         buffers.metrics_of = {s: run.trainers[s].metrics for s in buffers.streams()}
     run.selfplay = SelfPlay.of_run(run)  # opponent pools: None without [opponents]
-    remote = _build_servers(run, setup)
-    inline = (InlineParameters(cfg, [t.policy for t in run.trainers.values()], run.store,
-                               run.metrics, run.table, run.context, run.bind_host,
-                               _server_keys(run)) if cfg.inline_inference else None)
+    inference = run.inference.build(run, setup)
     manager = (run.population.manager({t.policy: t for t in run.trainers.values()})
                if run.population else None)  # PBT over the members' trainers (before they start)
     run.workers = ([WorkerThread(t, Kind.TRAINER) for t in run.trainers.values()]
                    + ([WorkerThread(manager, Kind.WATCH)] if manager else [])
                    + ([WorkerThread(run.selfplay.worker, Kind.WATCH)] if run.selfplay else [])
-                   + [WorkerThread(s, Kind.SERVER) for s in run.servers.values()]
-                   + ([WorkerThread(remote, Kind.REMOTE_SERVERS)] if remote else [])
+                   + inference
                    + ([WorkerThread(buffers, Kind.WATCH)] if buffers else [])
-                   + ([WorkerThread(inline, Kind.WATCH)] if inline else [])
                    + [WorkerThread(w, Kind.WATCH) for w in run.placement.watchers()])
     run.writer = MetricsWriter(run.logdir)
     _start_workers(run)
     run.seed_base = cfg.seed + run.metrics.env_steps
-    _build_actors(run, setup, remote, buffers, inline)
+    _build_actors(run, setup, buffers)
     for a in run.actors:
         a.start()
     run.evaluator = PeriodicEvaluator(run.logdir, cfg.eval_every, cfg.eval_episodes)
-
-
-def _server_keys(run: Run) -> tuple | None:
-    return (run.keys.server_public, run.keys.server_secret) if run.keys else None
 
 
 def segment_rows(cfg: Any, flow: Any, setup: AgentSetup, stream: str) -> int:
@@ -239,8 +222,7 @@ def _buffer_processes(run: Run, setup: AgentSetup) -> BufferProcesses | None:
         return None
     return BufferProcesses(
         run.cfg, specs, {s: run.metrics for s in specs}, run.table,
-        lambda: {a.spec["actor_id"]: a.spec["run_id"] for a in run.actors if "run_id" in a.spec},
-        run.context, run.spawner)
+        run.actor_runs, run.context, run.spawner)
 
 
 def _build_trainers(run: Run, setup: AgentSetup, buffers: BufferProcesses | None = None) -> None:
@@ -278,37 +260,8 @@ def _build_trainers(run: Run, setup: AgentSetup, buffers: BufferProcesses | None
              PolicyMetrics(run.metrics, t.policy) if len(flow.trainers) > 1 else run.metrics),
             ckpt, cfg.max_staleness, run.bind_host, setup.fns.initial_carry, actors=run.table,
             max_rows=rows, on_nonfinite=cfg.on_nonfinite, context=run.context,
-            curve=_server_keys(run), before_update=placement.gate(t.policy, run.metrics),
+            curve=run.server_keys, before_update=placement.gate(t.policy, run.metrics),
             idle_rows=env_has_idle_rows(cfg.env), **extra)
-
-
-def _build_servers(run: Run, setup: AgentSetup) -> RemoteInferenceServers | None:
-    """The inference servers: local policy workers (threads), or with
-    ``--remote_inference`` their supervisor (returned); none with ``--inline_inference``."""
-    cfg, flow = run.cfg, run.flow
-    if cfg.inline_inference:
-        return None
-    stream_rows: dict[str, int] = {}  # every server of a stream can take all its actors
-    for i, p in enumerate(flow.policy_workers):
-        rows = sum(a.count * envs_of(cfg, a) * setup.rows_per_env(team) for a in flow.actors
-                   for team, inference, _ in a.bindings() if inference == p.inference_stream)
-        stream_rows[p.inference_stream] = max(rows, 1)
-        if cfg.remote_inference:
-            continue
-        for j, name in enumerate(server_names(p.name, p.count)):
-            run.servers[name] = PolicyWorker(
-                name, p.policy, setup.act, setup.fns.initial_carry, setup.spec.observation_space,
-                run.store, run.metrics, max_rows=max(rows, 1),
-                num_devices=run.placement.local_mesh.size, host=run.bind_host,
-                deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919 * (i + 1) + 104729 * j,
-                actors=run.table, context=run.context, curve=_server_keys(run),
-                opponents=run.selfplay.league if run.selfplay else None)
-    if not cfg.remote_inference:
-        return None
-    return RemoteInferenceServers(
-        cfg, flow, stream_rows, run.store, run.metrics, run.table,
-        lambda: {a.spec["actor_id"]: a.spec["run_id"] for a in run.actors if "run_id" in a.spec},
-        run.context, run.logdir, run.keys, sum(a.count for a in flow.actors), run.spawner)
 
 
 def _start_workers(run: Run) -> None:
@@ -318,42 +271,31 @@ def _start_workers(run: Run) -> None:
         w.worker.ready.wait()
         if w.worker.error is not None:
             raise ComponentDied(f"{w.name} failed to start: {w.worker.error!r}") from w.worker.error
-    acting = ("the actors compile act (inline inference) and learn compiles"
-              if run.cfg.inline_inference else
-              f"act (batch sizes {[s.buckets for s in run.servers.values()]}) and learn compile")
+    acting = run.inference.compiling()
     log.info("servers listening after %.1f s; starting actors while %s on %d device(s) (the "
              "first run of a config compiles for longer; later runs hit the XLA cache)",
              run.clock(), acting, run.placement.local_mesh.size)
 
 
-def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | None,
-                  buffers: BufferProcesses | None = None,
-                  inline: InlineParameters | None = None) -> None:
-    """One :class:`ChildProcess` per actor of every actor group (not started); with
-    ``inline`` (``--inline_inference``), inline actors (``jaxsrl.workers.inline``) fed
-    by its parameter stream, whose streams name no inference server."""
-    cfg, keys = run.cfg, run.keys
-    assigner = None if inline else Assigner(
-        {p.inference_stream: remote.addresses(p.inference_stream) if remote else
-         [run.servers[n].address for n in server_names(p.name, p.count)]
-         for p in run.flow.policy_workers}, fallbacks=remote is not None)
-    inline_spec = None if inline is None else {
-        **agent_spec(cfg), "param_address": inline.param_address,
-        "status_address": inline.status_address,
-        "compilation_cache_dir": cfg.compilation_cache_dir}
+def _build_actors(run: Run, setup: AgentSetup, buffers: BufferProcesses | None = None) -> None:
+    """One :class:`ChildProcess` per actor of every actor group (not started), served by
+    the run's inference backend (``run.inference``: its servers, or inline actors fed by
+    its parameter stream, whose streams name no inference server)."""
+    cfg, keys, inference = run.cfg, run.keys, run.inference
+    inline_spec = inference.inline_spec()
     carry_spec = CarryCodec(setup.fns.initial_carry).spec()
     for a in run.flow.actors:
         for k in range(a.count):
             idx = len(run.actors)
             streams = [{"policy": run.trainers[sample].policy, "team": team,
-                        **(assigner.next(inference) if assigner else {}),  # its server(s)
+                        **inference.assign(stream),  # its server(s)
                         "sample_address": run.placement.sample_address(
                             idx, buffers.sample_address(sample, idx)
                             if buffers and sample in buffers.streams()
                             else run.trainers[sample].address),
                         "sample_hwm": run.trainers[sample].sample_send_hwm,
                         "sample_sndbuf": run.trainers[sample].sample_buffer_bytes}
-                       for team, inference, sample in a.bindings()]
+                       for team, stream, sample in a.bindings()]
             error_file = RunDir(run.logdir).error_file(f"actor{idx}")
             if os.path.exists(error_file):
                 os.remove(error_file)
@@ -370,4 +312,4 @@ def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | 
             run.actors.append(ChildProcess(f"{a.name}[{k}]", spec, table=run.table,
                                            env=keys.client_env(idx) if keys else None,
                                            prefix=tuple(a.launch_prefix), spawner=run.spawner,
-                                           module=INLINE_MODULE if inline else ACTOR_MODULE))
+                                           module=inference.actor_module()))
