@@ -37,6 +37,16 @@ def planned_updates(items: float, spec: ReplaySpec) -> int:
     return max(1, math.ceil((items - spec.min_fill) * spec.replay_ratio / spec.batch_size))
 
 
+def updates_of_plan(cfg: Any, rows: float, frames: float, replay: ReplaySpec | None) -> int:
+    """Planned ``learn`` calls of a trainer whose policy gets ``rows`` row-steps per
+    ``frames`` env frames (> 0), over ``cfg.total_env_steps`` frames: at the replay ratio
+    (:func:`planned_updates`) for an off-policy agent (``replay``), else one per
+    ``batch_segments * segment_length`` row-steps (``cfg.num_updates``)."""
+    if replay is None:
+        return cfg.num_updates(rows / frames)
+    return planned_updates(cfg.total_env_steps * rows / frames, replay)
+
+
 def complete_dataflow(flow: Dataflow, fns_of: dict[str, AgentFns], processes: int = 1,
                       cfg: Any = None) -> Dataflow:
     """``flow`` with a learner-placed buffer on the sample stream of every off-policy
