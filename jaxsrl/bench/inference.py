@@ -31,7 +31,7 @@ from jaxsrl.launch.processes import ChildProcess
 from jaxsrl.parallel import devices
 from jaxsrl.streams import wire
 from jaxsrl.streams.params import ParameterStore
-from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
 from jaxsrl.streams.sockets import bind, open_socket
 
 
@@ -87,11 +87,11 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
     store, metrics = ParameterStore(), MetricsAccumulator()
     state = devices.put_replicated(b.fns.init(jax.random.PRNGKey(cfg.seed)), b.mesh)
     store.publish("bench", 0, state.params)
+    settings = PolicySettings(max_rows=num_actors * cfg.envs_per_actor * b.rows_per_env,
+                              num_devices=b.mesh.size, host=cfg.host,
+                              deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919)
     worker = PolicyWorker("bench-policy", "bench", act, b.fns.initial_carry, b.observation_space,
-                          store, metrics,
-                          max_rows=num_actors * cfg.envs_per_actor * b.rows_per_env,
-                          num_devices=b.mesh.size, host=cfg.host,
-                          deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919)
+                          store, metrics, settings)
     thread = threading.Thread(target=worker.run, name="bench-policy", daemon=True)
     sink = SegmentSink(cfg.host)
     actors: list = []

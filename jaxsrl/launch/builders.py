@@ -32,6 +32,7 @@ from jaxsrl.parallel import devices
 from jaxsrl.streams import security
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.workers.learner import replay_setup
+from jaxsrl.workers.learner.trainer import TrainerSettings, TrainerStart
 
 log = logging.getLogger("jaxsrl")
 
@@ -118,15 +119,16 @@ def trainers(run: Run, setup: Any) -> dict:
         connect = (buffers.connector(t.sample_stream)
                    if buffers and t.sample_stream in buffers.streams() else None)
         kind, extra = replay_setup.trainer_kind(fns, cfg, setup.updates[t.name], connect)
+        settings = TrainerSettings(
+            cfg.segment_length, cfg.batch_segments // placement.processes,
+            max_staleness=cfg.max_staleness, max_rows=rows, on_nonfinite=cfg.on_nonfinite,
+            idle_rows=env_has_idle_rows(cfg.env), host=run.bind_host, curve=run.server_keys)
         out[t.sample_stream] = kind(
             t.name, t.policy, replay_setup.jit_learn(fns, placement), placement.put_batch,
-            state, rng, version, setup.spec.observation_space, setup.spec.action_space,
-            cfg.segment_length, cfg.batch_segments // placement.processes, run.store,
-            _trainer_metrics(run, t.policy), ckpt, cfg.max_staleness, run.bind_host,
-            setup.fns.initial_carry, actors=run.table, max_rows=rows,
-            on_nonfinite=cfg.on_nonfinite, context=run.context, curve=run.server_keys,
-            before_update=placement.gate(t.policy, run.metrics),
-            idle_rows=env_has_idle_rows(cfg.env), **extra)
+            TrainerStart(state, rng, version), setup.spec, settings, run.store,
+            _trainer_metrics(run, t.policy), initial_carry=setup.fns.initial_carry,
+            checkpointer=ckpt, actors=run.table, context=run.context,
+            before_update=placement.gate(t.policy, run.metrics), **extra)
     return out
 
 

@@ -28,7 +28,7 @@ from jaxsrl.launch.inline_params import InlineParameters
 from jaxsrl.launch.remote_inference import RemoteInferenceServers
 from jaxsrl.launch.topology import ACTOR_MODULE, INLINE_MODULE, Assigner, envs_of, server_names
 from jaxsrl.launch.worker_threads import Kind, WorkerThread
-from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
 
 if TYPE_CHECKING:
     from jaxsrl.launch.control import Run
@@ -99,13 +99,14 @@ class ThreadServers:
         cfg, rows = run.cfg, stream_rows(run, setup)
         for i, p in enumerate(run.flow.policy_workers):
             for j, name in enumerate(server_names(p.name, p.count)):
-                self.servers[name] = PolicyWorker(
-                    name, p.policy, setup.act, setup.fns.initial_carry,
-                    setup.spec.observation_space, run.store, run.metrics,
+                settings = PolicySettings(
                     max_rows=rows[p.inference_stream], num_devices=run.placement.local_mesh.size,
                     host=run.bind_host, deadline_ms=cfg.inference_deadline_ms,
-                    seed=cfg.seed + 7919 * (i + 1) + 104729 * j, actors=run.table,
-                    context=run.context, curve=run.server_keys,
+                    seed=cfg.seed + 7919 * (i + 1) + 104729 * j, curve=run.server_keys)
+                self.servers[name] = PolicyWorker(
+                    name, p.policy, setup.act, setup.fns.initial_carry,
+                    setup.spec.observation_space, run.store, run.metrics, settings,
+                    actors=run.table, context=run.context,
                     opponents=run.selfplay.league if run.selfplay else None)
         self._names = {p.inference_stream: server_names(p.name, p.count)
                        for p in run.flow.policy_workers}
