@@ -22,6 +22,7 @@ from jaxsrl.experiment import events
 from jaxsrl.experiment import resume as resumption
 from jaxsrl.experiment.metrics import PolicyMetrics
 from jaxsrl.experiment.run_dir import RunDir
+from jaxsrl.launch import specs
 from jaxsrl.launch.buffer_processes import BufferProcesses, shard_specs
 from jaxsrl.launch.control import Run
 from jaxsrl.launch.processes import ChildProcess
@@ -103,10 +104,11 @@ def _initial_state(run: Run, t: Any, i: int, fns: Any, ckpt: Any) -> tuple[Any, 
 
 
 def trainers(run: Run, setup: Any) -> dict:
-    """One trainer per ``[dataflow]`` trainer, from a fresh or restored state:
-    ``{sample stream: trainer}`` (its checkpointer appended to ``run.checkpointers``)."""
+    """One trainer per ``[dataflow]`` trainer, from a fresh or restored state, added to
+    ``run.trainers`` (``{sample stream: trainer}``, returned) as each is made, its
+    checkpointer to ``run.checkpointers`` (so a failed restore leaves them to close)."""
     cfg, flow, placement, buffers = run.cfg, run.flow, run.placement, run.buffers
-    out = {}
+    out = run.trainers
     for i, t in enumerate(flow.trainers):
         ckpt = placement.checkpointer(RunDir(run.logdir).checkpoint_dir(t.policy),
                                       cfg.keep_checkpoints)
@@ -181,34 +183,27 @@ def actors(run: Run, setup: Any) -> list[ChildProcess]:
     the run's inference backend (``run.inference``: its servers, or inline actors fed by
     its parameter stream, whose streams name no inference server)."""
     cfg, keys, inference, buffers = run.cfg, run.keys, run.inference, run.buffers
-    inline_spec = inference.inline_spec()
+    inline = inference.inline_spec()
     carry_spec = CarryCodec(setup.fns.initial_carry).spec()
     out: list[ChildProcess] = []
     for a in run.flow.actors:
         for k in range(a.count):
             idx = len(out)
-            streams = [{"policy": run.trainers[sample].policy, "team": team,
-                        **inference.assign(stream),  # its server(s)
-                        "sample_address": run.placement.sample_address(
-                            idx, buffers.sample_address(sample, idx)
-                            if buffers and sample in buffers.streams()
-                            else run.trainers[sample].address),
-                        "sample_hwm": run.trainers[sample].sample_send_hwm,
-                        "sample_sndbuf": run.trainers[sample].sample_buffer_bytes}
-                       for team, stream, sample in a.bindings()]
+            streams = [specs.stream_spec(
+                run.trainers[sample].policy, run.placement.sample_address(
+                    idx, buffers.sample_address(sample, idx)
+                    if buffers and sample in buffers.streams() else run.trainers[sample].address),
+                inference.assign(stream), team, run.trainers[sample].sample_send_hwm,
+                run.trainers[sample].sample_buffer_bytes)
+                for team, stream, sample in a.bindings()]
             error_file = RunDir(run.logdir).error_file(f"actor{idx}")
             if os.path.exists(error_file):
                 os.remove(error_file)
-            spec = {"actor_id": idx, "env": cfg.env, "env_kwargs": cfg.env_kwargs or {},
-                    "clip_actions": cfg.clip_actions,
-                    "envs_per_group": envs_of(cfg, a) // cfg.ring_size, "ring_size": cfg.ring_size,
-                    "segment_length": cfg.segment_length, "seed": run.seed_base,
-                    "streams": streams, "carry_spec": carry_spec,
-                    "timeout_s": cfg.actor_timeout_s, "failover_s": cfg.inference_failover_s,
-                    "parent_pid": os.getpid(), "error_file": error_file,
-                    "curve_server_key": keys.server_public.decode() if keys else None,
-                    "opponents": run.selfplay.actor_spec() if run.selfplay else None,
-                    "inline": inline_spec}
+            spec = specs.actor_spec(
+                cfg, idx, streams, carry_spec, envs_per_actor=envs_of(cfg, a), seed=run.seed_base,
+                error_file=error_file,
+                curve_server_key=keys.server_public.decode() if keys else None,
+                opponents=run.selfplay.actor_spec() if run.selfplay else None, inline=inline)
             out.append(ChildProcess(f"{a.name}[{k}]", spec, table=run.table,
                                     env=keys.client_env(idx) if keys else None,
                                     prefix=tuple(a.launch_prefix), spawner=run.spawner,

@@ -46,9 +46,9 @@ class InferenceBackend(Protocol):
     def actor_module(self) -> str:
         """The ``python -m`` module of the run's actor processes."""
 
-    def assign(self, inference_stream: str) -> dict:
-        """Stream-spec fields of the next actor on ``inference_stream`` (after ``ready``):
-        ``inference_address`` (and ``inference_addresses``), or ``{}`` (inline)."""
+    def assign(self, inference_stream: str) -> tuple[str, ...]:
+        """The inference servers of the next actor on ``inference_stream`` (after
+        ``ready``): its own first, then its fallbacks; ``()`` for an inline actor."""
 
     def inline_spec(self) -> dict | None:
         """The actors' ``inline`` spec entry (after ``ready``), or ``None``."""
@@ -79,6 +79,11 @@ def stream_rows(run: "Run", setup: Any) -> dict[str, int]:
         a.count * envs_of(cfg, a) * setup.rows_per_env(team) for a in flow.actors
         for team, inference, _ in a.bindings() if inference == p.inference_stream))
         for p in flow.policy_workers}
+
+
+def _addresses(fields: dict) -> tuple[str, ...]:
+    """The addresses of :meth:`Assigner.next`'s stream fields, own server first."""
+    return tuple(fields.get("inference_addresses") or [fields["inference_address"]])
 
 
 class ThreadServers:
@@ -115,11 +120,11 @@ class ThreadServers:
     def actor_module(self) -> str:
         return ACTOR_MODULE
 
-    def assign(self, inference_stream: str) -> dict:
+    def assign(self, inference_stream: str) -> tuple[str, ...]:
         if self._assigner is None:
             self._assigner = Assigner({s: [self.servers[n].address for n in names]
                                        for s, names in self._names.items()}, fallbacks=False)
-        return self._assigner.next(inference_stream)
+        return _addresses(self._assigner.next(inference_stream))
 
     def inline_spec(self) -> dict | None:
         return None
@@ -159,11 +164,11 @@ class ProcessServers:
     def actor_module(self) -> str:
         return ACTOR_MODULE
 
-    def assign(self, inference_stream: str) -> dict:
+    def assign(self, inference_stream: str) -> tuple[str, ...]:
         if self._assigner is None:
             self._assigner = Assigner({s: self.supervisor.addresses(s) for s in self._streams},
                                       fallbacks=True)
-        return self._assigner.next(inference_stream)
+        return _addresses(self._assigner.next(inference_stream))
 
     def inline_spec(self) -> dict | None:
         return None
@@ -200,8 +205,8 @@ class InlineBackend:
     def actor_module(self) -> str:
         return INLINE_MODULE
 
-    def assign(self, inference_stream: str) -> dict:
-        return {}
+    def assign(self, inference_stream: str) -> tuple[str, ...]:
+        return ()
 
     def inline_spec(self) -> dict | None:
         return {**agent_spec(self._cfg), "param_address": self.params.param_address,

@@ -2,12 +2,14 @@
 :class:`~jaxsrl.experiment.dataflow.Dataflow`.
 
 :func:`agent_setup` resolves the agent and spaces (every ``ValueError`` before anything
-starts); :func:`new_run` makes the run's ZeroMQ context and picks its spawner and bind
-host (serial mode: threads and ``inproc://``); :func:`start` builds the trainers (one
-per ``[dataflow]`` trainer), the inference servers (local threads or remote processes)
-and the actors, and starts them. The learner's placement
-(:class:`~jaxsrl.launch.placement.LearnerPlacement`) is asked the same questions for
-one process and for N learner processes.
+starts); :func:`new_run` makes the run's frozen :class:`~jaxsrl.launch.control.RunContext`
+(ZeroMQ context, spawner and bind host, inference backend, parameter store, CURVE keys,
+population); :func:`start` runs the builders of :mod:`jaxsrl.launch.builders` over it
+(trainers, one per ``[dataflow]`` trainer; the inference backend's workers; buffers;
+actors) and starts what they built. The differences between modes live in the builders
+and in the inference backends (:mod:`jaxsrl.launch.inference_backends`), not here. The
+learner's placement (:class:`~jaxsrl.launch.placement.LearnerPlacement`) is asked the
+same questions for one process and for N learner processes.
 """
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ def start(run: Run, setup: AgentSetup, restored: Callable[[], None] = lambda: No
     """
     run.auth = builders.authenticator(run)
     run.buffers = builders.buffer_processes(run, setup)
-    run.trainers = builders.trainers(run, setup)
+    builders.trainers(run, setup)
     restored()
     run.selfplay = builders.selfplay(run)
     run.workers = [w for build in builders.WORKERS for w in build(run, setup)]

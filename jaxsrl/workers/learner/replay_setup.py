@@ -1,10 +1,11 @@
 """What the launcher asks about an off-policy agent: the hooks of the replay path.
 
 The launcher wires an off-policy agent (``AgentFns.replay`` set) like an on-policy one,
-with these differences, each answered here so ``jaxsrl/launch/wiring.py`` holds only
-one-line hooks:
+with these differences, each answered here so the launcher's wiring and builders hold
+only one-line hooks:
 
-- :func:`planned_updates`: ``learn`` calls over the run's env frames at the replay ratio;
+- :func:`planned_updates`: ``learn`` calls over the run's env frames at the replay ratio
+  (:func:`updates_of_plan`: that or the on-policy plan);
 - :func:`complete_dataflow`: the graph gets a ``buffer`` worker on each sample stream of
   an off-policy trainer (``placement = "learner"`` unless the config says otherwise);
 - :func:`trainer_kind`: the trainer class and its extra arguments
