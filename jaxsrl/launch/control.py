@@ -2,8 +2,8 @@
 
 :class:`Run` holds the frozen :class:`RunContext` of one run and what the wiring built
 from it (workers, actors, ...), and what its teardown needs. :class:`ControlLoop`
-watches it until the run is done: a dead worker thread stops the run naming it; actors are watched and restarted
-(:class:`~jaxsrl.launch.supervision.ActorSupervisor`); metrics are logged every
+watches it until the run is done: a dead worker thread stops the run naming it;
+actors are watched and restarted (:class:`~jaxsrl.launch.supervision.ActorSupervisor`); metrics are logged every
 ``log_interval_s``, checkpoints requested every ``checkpoint_interval_s``, periodic
 evaluations started and collected; the loop ends at ``total_env_steps`` or
 ``target_return``. SIGINT/SIGTERM (:func:`install_stop_handlers`) end it with

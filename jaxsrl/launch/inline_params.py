@@ -1,4 +1,4 @@
-"""Launcher side of inline inference (``--inline_inference``): the parameter stream to
+"""Launcher side of inline inference (``--inference=inline``): the parameter stream to
 the actors and their status reports.
 
 :class:`InlineParameters` runs as a worker thread of the learner process (a

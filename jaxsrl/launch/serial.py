@@ -132,7 +132,7 @@ class ThreadSpawner:
 
         Raises:
           ValueError: a command prefix, extra environment variables, or a module other
-            than the actor worker or the inline actor (``--inline_inference``; serial
+            than the actor worker or the inline actor (``--inference=inline``; serial
             mode runs only actors as "child processes").
         """
         if prefix:

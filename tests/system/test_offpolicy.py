@@ -75,8 +75,8 @@ class Driven:
         state = devices.put_replicated(Count(jnp.int32(version)), mesh)
         self.worker = ReplayTrainer(
             "test-replay", "p", devices.jit_replay_learn(fns.learn, mesh),
-            lambda b: devices.put_batch(b, mesh), TrainerStart(state, jax.random.PRNGKey(0), version),
-            EnvSpec(OBS, ACTIONS), TrainerSettings(T, 1, max_rows=ROWS), ParameterStore(),
+            lambda b: devices.put_batch(b, mesh),
+            TrainerStart(state, jax.random.PRNGKey(0), version), EnvSpec(OBS, ACTIONS), TrainerSettings(T, 1, max_rows=ROWS), ParameterStore(),
             self.metrics, checkpointer=checkpointer, fns=fns, planned_updates=100, **kwargs)
         self.worker.warmup()
         self.context = zmq.Context()

@@ -59,7 +59,8 @@ class _Server:
 
 def test_local_servers_report_liveness_by_address():
     backend = ThreadServers()
-    backend.servers = {"a": _Server("inproc://a", True, 5.0), "b": _Server("inproc://b", False, 1.0)}
+    backend.servers = {"a": _Server("inproc://a", True, 5.0),
+                       "b": _Server("inproc://b", False, 1.0)}
     assert backend.liveness({"inproc://a"}) == [(True, 5.0)]
     assert sorted(backend.liveness({"inproc://a", "inproc://b", "inproc://c"})) == [
         (False, 1.0), (True, 5.0)]
