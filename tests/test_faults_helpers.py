@@ -34,8 +34,9 @@ from jaxsrl.streams import wire
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.admission import ActorTable
-from jaxsrl.workers.inference.policy import PolicyWorker
-from jaxsrl.workers.learner.trainer import TrainerWorker
+from jaxsrl.core.agent import EnvSpec
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
+from jaxsrl.workers.learner.trainer import TrainerSettings, TrainerStart, TrainerWorker
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)
@@ -216,14 +217,15 @@ class Servers:
         self.table.register(1, 2)
         self.trainer = TrainerWorker(
             "test-trainer", "p", devices.jit_learn(fake_learn, mesh),
-            lambda b: devices.put_batch(b, mesh), FakeState(jnp.float32(1.0)),
-            jax.random.PRNGKey(0), 0, OBS, ACTIONS, T, BATCH, self.store, self.metrics,
-            actors=self.table, max_rows=MAX_ROWS, on_nonfinite=on_nonfinite, context=context,
-            curve=curve)
+            lambda b: devices.put_batch(b, mesh),
+            TrainerStart(FakeState(jnp.float32(1.0)), jax.random.PRNGKey(0), 0),
+            EnvSpec(OBS, ACTIONS),
+            TrainerSettings(T, BATCH, max_rows=MAX_ROWS, on_nonfinite=on_nonfinite, curve=curve),
+            self.store, self.metrics, actors=self.table, context=context)
         self.policy = PolicyWorker("test-policy", "p", devices.jit_act(fake_act, mesh),
                                    lambda n: None, OBS, self.store, self.metrics,
-                                   max_rows=MAX_ROWS, actors=self.table, context=context,
-                                   curve=curve)
+                                   PolicySettings(max_rows=MAX_ROWS, curve=curve),
+                                   actors=self.table, context=context)
         self.threads = [threading.Thread(target=w.run, daemon=True)
                         for w in (self.trainer, self.policy)]
         for th in self.threads:

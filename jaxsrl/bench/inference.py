@@ -18,7 +18,6 @@ per env step) beside it.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -27,11 +26,12 @@ import zmq
 
 from jaxsrl.bench import agentfns
 from jaxsrl.experiment.metrics import MetricsAccumulator
+from jaxsrl.launch import specs
 from jaxsrl.launch.processes import ChildProcess
 from jaxsrl.parallel import devices
 from jaxsrl.streams import wire
 from jaxsrl.streams.params import ParameterStore
-from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
 from jaxsrl.streams.sockets import bind, open_socket
 
 
@@ -68,15 +68,11 @@ class SegmentSink:
 
 def actor_spec(cfg, actor_id: int, inference_address: str, sample_address: str,
                carry_spec: list) -> dict:
-    """The JSON spec of one actor process, as ``jaxsrl.launch.launcher.train`` builds it, with
-    one stream (every row served by one policy)."""
-    return {"actor_id": actor_id, "env": cfg.env, "env_kwargs": cfg.env_kwargs or {},
-            "envs_per_group": cfg.envs_per_actor // cfg.ring_size, "ring_size": cfg.ring_size,
-            "segment_length": cfg.segment_length, "seed": cfg.seed,
-            "streams": [{"policy": "bench", "team": None, "inference_address": inference_address,
-                         "sample_address": sample_address}],
-            "carry_spec": carry_spec, "timeout_s": cfg.actor_timeout_s,
-            "parent_pid": os.getpid()}
+    """The JSON spec of one actor process, built as the launcher builds it
+    (:func:`jaxsrl.launch.specs.actor_spec`), with one stream (every row served by one
+    policy)."""
+    stream = specs.stream_spec("bench", sample_address, [inference_address])
+    return specs.actor_spec(cfg, actor_id, [stream], carry_spec)
 
 
 def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None,
@@ -87,11 +83,11 @@ def measure(cfg, num_actors: int, duration_s: float, warmup_s: float, built=None
     store, metrics = ParameterStore(), MetricsAccumulator()
     state = devices.put_replicated(b.fns.init(jax.random.PRNGKey(cfg.seed)), b.mesh)
     store.publish("bench", 0, state.params)
+    settings = PolicySettings(max_rows=num_actors * cfg.envs_per_actor * b.rows_per_env,
+                              num_devices=b.mesh.size, host=cfg.host,
+                              deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919)
     worker = PolicyWorker("bench-policy", "bench", act, b.fns.initial_carry, b.observation_space,
-                          store, metrics,
-                          max_rows=num_actors * cfg.envs_per_actor * b.rows_per_env,
-                          num_devices=b.mesh.size, host=cfg.host,
-                          deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919)
+                          store, metrics, settings)
     thread = threading.Thread(target=worker.run, name="bench-policy", daemon=True)
     sink = SegmentSink(cfg.host)
     actors: list = []

@@ -58,7 +58,7 @@ from jaxsrl.streams.admission import ActorTable
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.spaces import action_leaf, obs_schema
-from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
 
 CLIENTS_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_clients.py")
 
@@ -208,9 +208,10 @@ def measure(observation_space, action_space, initial_carry, rows: tuple = (1, 16
     actors = ActorTable()  # the fake actors' ids are checked like a run's
     for i in range(client_procs * clients):
         actors.register(i, 0)
+    settings = PolicySettings(max_rows=client_procs * clients * in_flight * max(rows),
+                              num_devices=mesh.size, host=host)
     worker = PolicyWorker("bench-server", "bench", act, initial_carry, observation_space, store,
-                          metrics, max_rows=client_procs * clients * in_flight * max(rows),
-                          num_devices=mesh.size, host=host, actors=actors)
+                          metrics, settings, actors=actors)
     arrays = [[k, s.dtype, list(s.shape[1:])] for k, s in obs_schema(observation_space).items()]
     arrays += [[k, s.dtype, list(s.shape[1:])]
                for k, s in CarryCodec(initial_carry).schema().items()]

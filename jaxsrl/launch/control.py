@@ -1,9 +1,9 @@
 """The launcher's control loop, and the :class:`Run` it controls.
 
-:class:`Run` holds everything the wiring of one run built (workers, actors, metrics,
-...) and what its teardown needs. :func:`control_loop` watches it until the run is
-done: a dead worker thread stops the run naming it; actors are watched and restarted
-(:class:`~jaxsrl.launch.supervision.ActorSupervisor`); metrics are logged every
+:class:`Run` holds the frozen :class:`RunContext` of one run and what the wiring built
+from it (workers, actors, ...), and what its teardown needs. :class:`ControlLoop`
+watches it until the run is done: a dead worker thread stops the run naming it;
+actors are watched and restarted (:class:`~jaxsrl.launch.supervision.ActorSupervisor`); metrics are logged every
 ``log_interval_s``, checkpoints requested every ``checkpoint_interval_s``, periodic
 evaluations started and collected; the loop ends at ``total_env_steps`` or
 ``target_return``. SIGINT/SIGTERM (:func:`install_stop_handlers`) end it with
@@ -17,7 +17,7 @@ import logging
 import signal
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -28,6 +28,20 @@ from jaxsrl.launch.serial import ThreadSpawner
 from jaxsrl.launch.supervision import ActorSupervisor, ComponentDied
 from jaxsrl.launch.worker_threads import Kind, WorkerThread
 from jaxsrl.streams.admission import ActorTable
+
+if TYPE_CHECKING:
+    from jaxsrl.experiment.checkpoint import Checkpointer
+    from jaxsrl.experiment.config import RunConfig
+    from jaxsrl.experiment.dataflow import Dataflow
+    from jaxsrl.launch.buffer_processes import BufferProcesses
+    from jaxsrl.launch.inference_backends import InferenceBackend
+    from jaxsrl.launch.placement import LearnerPlacement
+    from jaxsrl.launch.population import Population
+    from jaxsrl.launch.processes import Spawner
+    from jaxsrl.launch.selfplay import SelfPlay
+    from jaxsrl.streams.params import ParameterStore
+    from jaxsrl.streams.security import CurveKeys
+    from jaxsrl.workers.learner.trainer import TrainerWorker
 
 log = logging.getLogger("jaxsrl")
 
@@ -54,56 +68,91 @@ def install_stop_handlers() -> dict:
     return {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
-@dataclasses.dataclass
-class Run:
-    """One run as the launcher built it (filled in by ``jaxsrl.launch.wiring``).
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """What every builder of a run reads (``jaxsrl.launch.builders``): made once by
+    :func:`jaxsrl.launch.wiring.new_run`, never reassigned.
 
     Attributes:
-      cfg, flow: the run config and its dataflow.
+      cfg, flow: the run config and its dataflow (buffer workers completed).
       logdir: the run folder.
       clock: seconds since the run started.
       placement: where the learner runs (:class:`~jaxsrl.launch.placement.LearnerPlacement`).
       spawner: where child processes start.
-      actor_threads: serial mode's spawner (its actor threads), else ``None``.
       bind_host: where servers bind (``cfg.host``, or ``inproc`` in serial mode).
       context: the run's ZeroMQ context (its sockets end with it).
-      table, metrics, store: the actor table, metrics and parameter store shared by
-        every worker.
-      trainers: sample stream -> its trainer; servers: name -> local policy worker.
-      workers: every worker thread of this process (trainers first).
-      actors: the actor processes (or threads).
-      checkpointers: one per trainer.
-      writer, evaluator, auth, keys: metrics sink, periodic evaluation, CURVE
-        authenticator and keys (``None`` until made / when not used).
-      seed_base: environment seed of the first actor runs.
-      population: a ``--population`` run's :class:`~jaxsrl.launch.population.Population`.
-      selfplay: a run's opponent pools (:class:`~jaxsrl.launch.selfplay.SelfPlay`), or ``None``.
+      inference: where inference runs (:mod:`jaxsrl.launch.inference_backends`).
+      store: the learner's parameter store, shared by every worker.
+      keys: the run's CURVE keys (:class:`~jaxsrl.streams.security.CurveKeys`), or ``None``.
+      population: a ``--population`` run's :class:`~jaxsrl.launch.population.Population`,
+        or ``None``.
+      actor_threads: serial mode's spawner (its actor threads), else ``None``.
+      table, metrics: the actor table and metrics shared by every worker.
     """
 
-    cfg: Any
-    flow: Any
+    cfg: RunConfig
+    flow: Dataflow
     logdir: str
     clock: Clock
-    placement: Any
-    spawner: Any
+    placement: LearnerPlacement
+    spawner: Spawner
     bind_host: str
     context: zmq.Context
+    inference: InferenceBackend
+    store: ParameterStore
+    keys: CurveKeys | None = None
+    population: Population | None = None
+    actor_threads: ThreadSpawner | None = None
     table: ActorTable = dataclasses.field(default_factory=ActorTable)
     metrics: MetricsAccumulator = dataclasses.field(default_factory=MetricsAccumulator)
-    store: Any = None
-    trainers: dict = dataclasses.field(default_factory=dict)
-    servers: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def server_keys(self) -> tuple | None:
+        """``(public, secret)`` CURVE server keys of the run's sockets, or ``None``."""
+        return (self.keys.server_public, self.keys.server_secret) if self.keys else None
+
+
+@dataclasses.dataclass
+class Run:
+    """One run as the launcher built it: its frozen :class:`RunContext` (``ctx``; its
+    fields read as attributes of the run too, ``run.cfg``) and what the builders made
+    (``jaxsrl.launch.wiring.start``).
+
+    Attributes:
+      ctx: the run's context.
+      buffers: the supervisor of the run's buffer processes
+        (:class:`~jaxsrl.launch.buffer_processes.BufferProcesses`), or ``None``.
+      trainers: sample stream -> its trainer.
+      checkpointers: one per trainer.
+      selfplay: a run's opponent pools (:class:`~jaxsrl.launch.selfplay.SelfPlay`), or ``None``.
+      auth: the CURVE authenticator, or ``None``.
+      workers: every worker thread of this process (trainers first).
+      actors: the actor processes (or threads).
+      writer, evaluator: metrics sink and periodic evaluation (``None`` until made).
+      seed_base: environment seed of the first actor runs.
+    """
+
+    ctx: RunContext
+    buffers: BufferProcesses | None = None
+    trainers: dict[str, TrainerWorker] = dataclasses.field(default_factory=dict)
+    checkpointers: list[Checkpointer] = dataclasses.field(default_factory=list)
+    selfplay: SelfPlay | None = None
+    auth: Any = None
     workers: list[WorkerThread] = dataclasses.field(default_factory=list)
     actors: list[ChildProcess] = dataclasses.field(default_factory=list)
-    checkpointers: list = dataclasses.field(default_factory=list)
     writer: MetricsWriter | None = None
     evaluator: PeriodicEvaluator | None = None
-    population: Any = None
-    selfplay: Any = None
-    auth: Any = None
-    keys: Any = None
     seed_base: int = 0
-    actor_threads: ThreadSpawner | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        """A field of the run's context (``run.cfg`` is ``run.ctx.cfg``)."""
+        if name == "ctx":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.ctx, name)
+
+    def actor_runs(self) -> dict:
+        """``{actor_id: run_id}`` of the actor processes started so far."""
+        return {a.spec["actor_id"]: a.spec["run_id"] for a in self.actors if "run_id" in a.spec}
 
     def trainer_threads(self) -> list[WorkerThread]:
         return [w for w in self.workers if w.kind is Kind.TRAINER]
@@ -129,7 +178,7 @@ class ControlLoop:
         self.record: dict = {}
         self.responsive_since: float | None = None  # since when every worker kept turning its loop
         self.supervisor = ActorSupervisor(run.cfg, run.actors, run.table, run.metrics,
-                                          run.workers, run.seed_base)
+                                          run.inference.liveness, run.seed_base)
 
     def __call__(self) -> dict:
         """Loop until done; returns the last metrics record.

@@ -215,8 +215,7 @@ def _shutdown(run: Run) -> dict:
     if run.evaluator is not None:
         run.evaluator.stop()
     # The learners take no more samples once the run is done: segments queued while the
-    # actors stop would otherwise be learned and counted (inline actors, never waiting
-    # for a server, queue many: a 5,000-step CartPole run ended at up to 19,456).
+    # actors stop would otherwise be learned and counted (docs/reliability.md, shutdown).
     for w in run.trainer_threads():
         w.worker.stop.set()
     stop_all(run.actors)

@@ -24,9 +24,8 @@ from jaxsrl.core.paths import child_env
 from jaxsrl.experiment.ray_resources import parse_resources
 from jaxsrl.launch.ray_nodes import NodeWatch
 from jaxsrl.launch.supervision import ComponentDied
+from jaxsrl.launch.topology import ACTOR_MODULE, INLINE_MODULE
 
-ACTOR_MODULE = "jaxsrl.workers.actor"
-INLINE_MODULE = "jaxsrl.workers.inline"  # --inline_inference: an actor that acts itself
 LEARNER_MODULE = "jaxsrl.workers.learner"
 NODE_IP_ENV = "JAXSRL_NODE_IP"  # handed to every hosted process: the address of its node
 START_TIMEOUT_S = 300.0  # a child not placed and started by then: the cluster lacks resources

@@ -35,6 +35,8 @@ from typing import Any, Callable, Sequence
 import zmq
 
 from jaxsrl.experiment import events
+from jaxsrl.launch.processes import local_spawner
+from jaxsrl.streams import sockets
 from jaxsrl.workers.actor import process as actor_process
 from jaxsrl.workers.inline import worker as inline_worker
 
@@ -174,3 +176,18 @@ def spawner_for(context: zmq.Context, given: Any = None) -> ThreadSpawner:
     if given is not None:
         raise ValueError(f"--launcher=serial runs every worker in this process; got spawner {given!r}")
     return ThreadSpawner(context)
+
+
+def launch_site(cfg: Any, context: zmq.Context, given: Any = None) -> tuple[Any, str, Any]:
+    """Where a run's child processes start and its servers bind:
+    ``(spawner, bind host, actor threads)``. ``--launcher=serial``: this module's
+    :class:`ThreadSpawner` (also the actor threads) and ``inproc``; otherwise ``given``
+    (default :func:`~jaxsrl.launch.processes.local_spawner`), ``cfg.host`` and ``None``.
+
+    Raises:
+      ValueError: serial mode given another spawner.
+    """
+    if cfg.launcher != "serial":
+        return given or local_spawner, cfg.host, None
+    threads = spawner_for(context, given)
+    return threads, sockets.INPROC, threads

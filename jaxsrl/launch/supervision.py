@@ -14,13 +14,12 @@ server that died or stalled, or for its learner, :class:`ComponentDied` stops th
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from jaxsrl.core.exit_codes import EXIT_ENV_ERROR, EXIT_LEARNER_TIMEOUT, EXIT_SERVER_TIMEOUT
 from jaxsrl.core.child import read_error
 from jaxsrl.experiment import events
 from jaxsrl.launch.processes import ChildProcess, exit_reason
-from jaxsrl.launch.worker_threads import WorkerThread
 
 log = logging.getLogger("jaxsrl")
 
@@ -58,14 +57,16 @@ class ActorSupervisor:
       table: the run's :class:`~jaxsrl.streams.admission.ActorTable` (when each actor
         was last heard from).
       metrics: the run's metrics (``actor_restarts``, ``actor_hangs``, ``actor_unreachable``).
-      workers: the launcher's worker threads (is the server an actor waited for alive?).
+      liveness: ``liveness(addresses)``: ``(serving, last heartbeat)`` of each inference
+        server at one of ``addresses`` (the run's inference backend; is the server an
+        actor waited for alive?).
       seed_base: environment seed of the run's first actor runs.
     """
 
     def __init__(self, cfg: Any, actors: Sequence[ChildProcess], table: Any, metrics: Any,
-                 workers: Sequence[WorkerThread], seed_base: int):
+                 liveness: Callable[[set], list[tuple[bool, float]]], seed_base: int):
         self.cfg, self.actors, self.table, self.metrics = cfg, actors, table, metrics
-        self.workers, self.seed_base = workers, seed_base
+        self.liveness, self.seed_base = liveness, seed_base
         self.restarts = 0  # in this run, all actors together
         # Per actor (index): restarts in a row whose run never reached the servers, and
         # when a delayed restart is due.
@@ -130,7 +131,7 @@ class ActorSupervisor:
         addresses = sorted({s["inference_address"] for s in a.spec["streams"]})
         tried = {x for s in a.spec["streams"]
                  for x in s.get("inference_addresses") or [s["inference_address"]]}
-        waited = [pair for w in self.workers for pair in w.liveness(tried)]
+        waited = self.liveness(tried)
         limit = self.cfg.actor_timeout_s
         if not (waited and all(serving and mono - beat < limit / 2 for serving, beat in waited)):
             raise ComponentDied(f"{a.name} timed out waiting for its inference server "

@@ -13,7 +13,16 @@ This module imports neither JAX nor ZeroMQ.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
+
+#: The ``python -m`` modules of an actor process and of an inline actor process.
+ACTOR_MODULE, INLINE_MODULE = "jaxsrl.workers.actor", "jaxsrl.workers.inline"
+
+
+def envs_of(cfg: Any, group: Any) -> int:
+    """Environments per actor process of actor group ``group`` (its ``envs_per_actor``,
+    else ``cfg.envs_per_actor``)."""
+    return group.envs_per_actor or cfg.envs_per_actor
 
 
 def server_names(name: str, count: int) -> list[str]:

@@ -2,53 +2,38 @@
 :class:`~jaxsrl.experiment.dataflow.Dataflow`.
 
 :func:`agent_setup` resolves the agent and spaces (every ``ValueError`` before anything
-starts); :func:`new_run` makes the run's ZeroMQ context and picks its spawner and bind
-host (serial mode: threads and ``inproc://``); :func:`start` builds the trainers (one
-per ``[dataflow]`` trainer), the inference servers (local threads or remote processes)
-and the actors, and starts them. The learner's placement
-(:class:`~jaxsrl.launch.placement.LearnerPlacement`) is asked the same questions for
-one process and for N learner processes.
+starts); :func:`new_run` makes the run's frozen :class:`~jaxsrl.launch.control.RunContext`
+(ZeroMQ context, spawner and bind host, inference backend, parameter store, CURVE keys,
+population); :func:`start` runs the builders of :mod:`jaxsrl.launch.builders` over it
+(trainers, one per ``[dataflow]`` trainer; the inference backend's workers; buffers;
+actors) and starts what they built. The differences between modes live in the builders
+and in the inference backends (:mod:`jaxsrl.launch.inference_backends`), not here. The
+learner's placement (:class:`~jaxsrl.launch.placement.LearnerPlacement`) is asked the
+same questions for one process and for N learner processes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from typing import Any, Callable
 
-import jax
 import zmq
 
 from jaxsrl.core.agent import AgentFns, EnvSpec
-from jaxsrl.envs import env_has_idle_rows
-from jaxsrl.experiment import events
-from jaxsrl.experiment import resume as resumption
-from jaxsrl.experiment.agent_build import agent_spec, factory_of_run
-from jaxsrl.experiment.run_dir import RunDir
-from jaxsrl.experiment.metrics import MetricsWriter, PolicyMetrics
-from jaxsrl.launch import serial
-from jaxsrl.launch.buffer_processes import BufferProcesses, shard_specs
-from jaxsrl.launch.control import Run
-from jaxsrl.launch.inline_params import InlineParameters
+from jaxsrl.experiment.agent_build import factory_of_run
+from jaxsrl.experiment.metrics import MetricsAccumulator, MetricsWriter
+from jaxsrl.launch import builders, serial
+from jaxsrl.launch.control import Run, RunContext
+from jaxsrl.launch.inference_backends import inference_backend
 from jaxsrl.launch.periodic_eval import PeriodicEvaluator
 from jaxsrl.launch.population import Population
-from jaxsrl.launch.processes import ChildProcess, local_spawner
-from jaxsrl.launch.remote_inference import RemoteInferenceServers
-from jaxsrl.launch.selfplay import SelfPlay
 from jaxsrl.launch.supervision import ComponentDied
-from jaxsrl.launch.topology import Assigner, server_names
-from jaxsrl.launch.worker_threads import Kind, WorkerThread
-from jaxsrl.parallel import devices
-from jaxsrl.streams import security, sockets
-from jaxsrl.streams.carry import CarryCodec
+from jaxsrl.launch.topology import envs_of
 from jaxsrl.streams.spaces import action_leaf, space_leaves
-from jaxsrl.workers.inference.policy import PolicyWorker
 from jaxsrl.workers.learner import replay_setup
 
 log = logging.getLogger("jaxsrl")
-#: the ``python -m`` modules of an actor process and of an inline actor process.
-ACTOR_MODULE, INLINE_MODULE = "jaxsrl.workers.actor", "jaxsrl.workers.inline"
 
 
 @dataclasses.dataclass
@@ -80,11 +65,6 @@ class AgentSetup:
     def rows_per_env(self, team) -> int:
         """Rows of one environment on a stream serving ``team`` (``None``: every agent)."""
         return len(self.teams) if team is None else sum(t == team for t in self.teams)
-
-
-def envs_of(cfg: Any, group: Any) -> int:
-    """Environments per actor process of actor group ``group``."""
-    return group.envs_per_actor or cfg.envs_per_actor
 
 
 def planned_updates(cfg: Any, flow: Any, teams: list, replay: Any = None) -> dict:
@@ -124,8 +104,7 @@ def planned_updates(cfg: Any, flow: Any, teams: list, replay: Any = None) -> dic
             frames += envs
             rows += envs * sum(len(teams) if team is None else sum(x == team for x in teams)
                                for team, _, sample in a.bindings() if sample == t.sample_stream)
-        out[t.name] = ((replay_setup.planned_updates(cfg.total_env_steps * rows / frames, replay)
-                        if replay else cfg.num_updates(rows / frames)) if rows else 1)
+        out[t.name] = replay_setup.updates_of_plan(cfg, rows, frames, replay) if rows else 1
     return out
 
 
@@ -154,21 +133,27 @@ def agent_setup(cfg: Any, flow: Any, placement: Any) -> AgentSetup:
 
 
 def new_run(cfg: Any, flow: Any, logdir: str, clock: Any, placement: Any, spawner: Any) -> Run:
-    """A :class:`Run` with its own ZeroMQ context, spawner and bind host.
+    """A :class:`Run` over a new frozen :class:`RunContext`: its own ZeroMQ context,
+    spawner and bind host (:func:`jaxsrl.launch.serial.launch_site`), the inference
+    backend picked from ``cfg``, the learner's parameter store, the CURVE keys of its
+    actors and servers, its population.
 
     Raises:
       ValueError: serial mode given another spawner.
     """
+    inference = inference_backend(cfg)
+    keys = builders.curve_keys(cfg, flow, inference)
+    metrics = MetricsAccumulator()
+    population = Population.of_run(cfg, logdir, metrics)  # None without --population
     context = zmq.Context()  # one per run: its sockets (and the CURVE authenticator) end with it
-    if cfg.launcher == "serial":
-        try:
-            threads = serial.spawner_for(context, spawner)
-        except ValueError:
-            context.destroy(linger=0)
-            raise
-        return Run(cfg, flow, logdir, clock, placement, threads, sockets.INPROC, context,
-                   actor_threads=threads)
-    return Run(cfg, flow, logdir, clock, placement, spawner or local_spawner, cfg.host, context)
+    try:
+        where, host, actor_threads = serial.launch_site(cfg, context, spawner)
+    except ValueError:
+        context.destroy(linger=0)
+        raise
+    return Run(RunContext(cfg, flow, logdir, clock, placement, where, host, context, inference,
+                          placement.parameter_store(), keys, population, actor_threads,
+                          metrics=metrics))
 
 
 def start(run: Run, setup: AgentSetup, restored: Callable[[], None] = lambda: None) -> None:
@@ -178,137 +163,19 @@ def start(run: Run, setup: AgentSetup, restored: Callable[[], None] = lambda: No
     Raises:
       ComponentDied: a worker failed to start.
     """
-    cfg, flow = run.cfg, run.flow
-    run.store = run.placement.parameter_store()
-    num_actors = sum(a.count for a in flow.actors)
-    num_remote = sum(p.count for p in flow.policy_workers) if cfg.remote_inference else 0
-    run.keys = security.CurveKeys.generate(range(num_actors + num_remote)) if cfg.curve else None
-    run.auth = security.start_authenticator(run.context, run.keys.allowed()) if run.keys else None
-    run.population = Population.of_run(cfg, run.logdir, run.metrics)  # None without --population
-    buffers = _buffer_processes(run, setup)  # None unless a buffer has placement "process"
-    _build_trainers(run, setup, buffers)
+    run.auth = builders.authenticator(run)
+    run.buffers = builders.buffer_processes(run, setup)
+    builders.trainers(run, setup)
     restored()
-    if buffers is not None:
-        buffers.metrics_of = {s: run.trainers[s].metrics for s in buffers.streams()}
-    run.selfplay = SelfPlay.of_run(run)  # opponent pools: None without [opponents]
-    remote = _build_servers(run, setup)
-    inline = (InlineParameters(cfg, [t.policy for t in run.trainers.values()], run.store,
-                               run.metrics, run.table, run.context, run.bind_host,
-                               _server_keys(run)) if cfg.inline_inference else None)
-    manager = (run.population.manager({t.policy: t for t in run.trainers.values()})
-               if run.population else None)  # PBT over the members' trainers (before they start)
-    run.workers = ([WorkerThread(t, Kind.TRAINER) for t in run.trainers.values()]
-                   + ([WorkerThread(manager, Kind.WATCH)] if manager else [])
-                   + ([WorkerThread(run.selfplay.worker, Kind.WATCH)] if run.selfplay else [])
-                   + [WorkerThread(s, Kind.SERVER) for s in run.servers.values()]
-                   + ([WorkerThread(remote, Kind.REMOTE_SERVERS)] if remote else [])
-                   + ([WorkerThread(buffers, Kind.WATCH)] if buffers else [])
-                   + ([WorkerThread(inline, Kind.WATCH)] if inline else [])
-                   + [WorkerThread(w, Kind.WATCH) for w in run.placement.watchers()])
+    run.selfplay = builders.selfplay(run)
+    run.workers = [w for build in builders.WORKERS for w in build(run, setup)]
     run.writer = MetricsWriter(run.logdir)
     _start_workers(run)
-    run.seed_base = cfg.seed + run.metrics.env_steps
-    _build_actors(run, setup, remote, buffers, inline)
+    run.seed_base = run.cfg.seed + run.metrics.env_steps
+    run.actors = builders.actors(run, setup)
     for a in run.actors:
         a.start()
-    run.evaluator = PeriodicEvaluator(run.logdir, cfg.eval_every, cfg.eval_episodes)
-
-
-def _server_keys(run: Run) -> tuple | None:
-    return (run.keys.server_public, run.keys.server_secret) if run.keys else None
-
-
-def segment_rows(cfg: Any, flow: Any, setup: AgentSetup, stream: str) -> int:
-    """Most rows one segment of sample stream ``stream`` has (its actor groups' envs per
-    ring group times the rows of one env on the stream)."""
-    return max([envs_of(cfg, a) // cfg.ring_size * setup.rows_per_env(team)
-                for a in flow.actors for team, _, sample in a.bindings()
-                if sample == stream] or [1])
-
-
-def _buffer_processes(run: Run, setup: AgentSetup) -> BufferProcesses | None:
-    """The supervisor of the buffers placed ``"process"`` (``None`` if there are none)."""
-    specs = {}
-    for b in run.flow.buffers:
-        if b.placement == "process":
-            t = next(t for t in run.flow.trainers if t.sample_stream == b.sample_stream)
-            specs[b.sample_stream] = shard_specs(
-                run.cfg, b, setup.fns_of[t.name], setup.updates[t.name],
-                segment_rows(run.cfg, run.flow, setup, b.sample_stream), run.logdir)
-    if not specs:
-        return None
-    return BufferProcesses(
-        run.cfg, specs, {s: run.metrics for s in specs}, run.table,
-        lambda: {a.spec["actor_id"]: a.spec["run_id"] for a in run.actors if "run_id" in a.spec},
-        run.context, run.spawner)
-
-
-def _build_trainers(run: Run, setup: AgentSetup, buffers: BufferProcesses | None = None) -> None:
-    """One trainer per ``[dataflow]`` trainer, from a fresh or restored state."""
-    cfg, flow, placement = run.cfg, run.flow, run.placement
-    for i, t in enumerate(flow.trainers):
-        ckpt = placement.checkpointer(RunDir(run.logdir).checkpoint_dir(t.policy),
-                                      cfg.keep_checkpoints)
-        run.checkpointers.append(ckpt)
-        fns = setup.fns_of[t.name]
-        rng = jax.random.PRNGKey(cfg.seed + 1000 * i)
-        rng, init_key = jax.random.split(rng)
-        state = devices.put_replicated(fns.init(init_key), placement.local_mesh)
-        version = 0
-        if cfg.resume:
-            tree, meta = ckpt.restore({"agent": state, "rng": rng}, set_aside_unreadable=True)
-            state = resumption.apply_hyperparameters(tree["agent"], state, t.policy, cfg)
-            rng, version = tree["rng"], int(meta["policy_version"])
-            run.metrics.env_steps = max(run.metrics.env_steps, int(meta.get("env_steps", 0)))
-            events.emit(log, logging.INFO, "resumed", {"policy": t.policy, "version": version,
-                        "env_steps": run.metrics.env_steps},
-                        "resumed %s from version %d, %d env steps", t.policy, version,
-                        run.metrics.env_steps)
-        rows = segment_rows(cfg, flow, setup, t.sample_stream)
-        state, rng = placement.share_state(t.name, t.policy, state, rng, version,
-                                           num_updates=setup.updates[t.name], max_rows=rows)
-        connect = (buffers.connector(t.sample_stream)
-                   if buffers and t.sample_stream in buffers.streams() else None)
-        kind, extra = replay_setup.trainer_kind(fns, cfg, setup.updates[t.name], connect)
-        run.trainers[t.sample_stream] = kind(
-            t.name, t.policy, replay_setup.jit_learn(fns, placement), placement.put_batch,
-            state, rng, version, setup.spec.observation_space, setup.spec.action_space,
-            cfg.segment_length, cfg.batch_segments // placement.processes, run.store,
-            (run.population.metrics_for(t.policy) if run.population else
-             PolicyMetrics(run.metrics, t.policy) if len(flow.trainers) > 1 else run.metrics),
-            ckpt, cfg.max_staleness, run.bind_host, setup.fns.initial_carry, actors=run.table,
-            max_rows=rows, on_nonfinite=cfg.on_nonfinite, context=run.context,
-            curve=_server_keys(run), before_update=placement.gate(t.policy, run.metrics),
-            idle_rows=env_has_idle_rows(cfg.env), **extra)
-
-
-def _build_servers(run: Run, setup: AgentSetup) -> RemoteInferenceServers | None:
-    """The inference servers: local policy workers (threads), or with
-    ``--remote_inference`` their supervisor (returned); none with ``--inline_inference``."""
-    cfg, flow = run.cfg, run.flow
-    if cfg.inline_inference:
-        return None
-    stream_rows: dict[str, int] = {}  # every server of a stream can take all its actors
-    for i, p in enumerate(flow.policy_workers):
-        rows = sum(a.count * envs_of(cfg, a) * setup.rows_per_env(team) for a in flow.actors
-                   for team, inference, _ in a.bindings() if inference == p.inference_stream)
-        stream_rows[p.inference_stream] = max(rows, 1)
-        if cfg.remote_inference:
-            continue
-        for j, name in enumerate(server_names(p.name, p.count)):
-            run.servers[name] = PolicyWorker(
-                name, p.policy, setup.act, setup.fns.initial_carry, setup.spec.observation_space,
-                run.store, run.metrics, max_rows=max(rows, 1),
-                num_devices=run.placement.local_mesh.size, host=run.bind_host,
-                deadline_ms=cfg.inference_deadline_ms, seed=cfg.seed + 7919 * (i + 1) + 104729 * j,
-                actors=run.table, context=run.context, curve=_server_keys(run),
-                opponents=run.selfplay.league if run.selfplay else None)
-    if not cfg.remote_inference:
-        return None
-    return RemoteInferenceServers(
-        cfg, flow, stream_rows, run.store, run.metrics, run.table,
-        lambda: {a.spec["actor_id"]: a.spec["run_id"] for a in run.actors if "run_id" in a.spec},
-        run.context, run.logdir, run.keys, sum(a.count for a in flow.actors), run.spawner)
+    run.evaluator = PeriodicEvaluator(run.logdir, run.cfg.eval_every, run.cfg.eval_episodes)
 
 
 def _start_workers(run: Run) -> None:
@@ -318,56 +185,6 @@ def _start_workers(run: Run) -> None:
         w.worker.ready.wait()
         if w.worker.error is not None:
             raise ComponentDied(f"{w.name} failed to start: {w.worker.error!r}") from w.worker.error
-    acting = ("the actors compile act (inline inference) and learn compiles"
-              if run.cfg.inline_inference else
-              f"act (batch sizes {[s.buckets for s in run.servers.values()]}) and learn compile")
     log.info("servers listening after %.1f s; starting actors while %s on %d device(s) (the "
              "first run of a config compiles for longer; later runs hit the XLA cache)",
-             run.clock(), acting, run.placement.local_mesh.size)
-
-
-def _build_actors(run: Run, setup: AgentSetup, remote: RemoteInferenceServers | None,
-                  buffers: BufferProcesses | None = None,
-                  inline: InlineParameters | None = None) -> None:
-    """One :class:`ChildProcess` per actor of every actor group (not started); with
-    ``inline`` (``--inline_inference``), inline actors (``jaxsrl.workers.inline``) fed
-    by its parameter stream, whose streams name no inference server."""
-    cfg, keys = run.cfg, run.keys
-    assigner = None if inline else Assigner(
-        {p.inference_stream: remote.addresses(p.inference_stream) if remote else
-         [run.servers[n].address for n in server_names(p.name, p.count)]
-         for p in run.flow.policy_workers}, fallbacks=remote is not None)
-    inline_spec = None if inline is None else {
-        **agent_spec(cfg), "param_address": inline.param_address,
-        "status_address": inline.status_address,
-        "compilation_cache_dir": cfg.compilation_cache_dir}
-    carry_spec = CarryCodec(setup.fns.initial_carry).spec()
-    for a in run.flow.actors:
-        for k in range(a.count):
-            idx = len(run.actors)
-            streams = [{"policy": run.trainers[sample].policy, "team": team,
-                        **(assigner.next(inference) if assigner else {}),  # its server(s)
-                        "sample_address": run.placement.sample_address(
-                            idx, buffers.sample_address(sample, idx)
-                            if buffers and sample in buffers.streams()
-                            else run.trainers[sample].address),
-                        "sample_hwm": run.trainers[sample].sample_send_hwm,
-                        "sample_sndbuf": run.trainers[sample].sample_buffer_bytes}
-                       for team, inference, sample in a.bindings()]
-            error_file = RunDir(run.logdir).error_file(f"actor{idx}")
-            if os.path.exists(error_file):
-                os.remove(error_file)
-            spec = {"actor_id": idx, "env": cfg.env, "env_kwargs": cfg.env_kwargs or {},
-                    "clip_actions": cfg.clip_actions,
-                    "envs_per_group": envs_of(cfg, a) // cfg.ring_size, "ring_size": cfg.ring_size,
-                    "segment_length": cfg.segment_length, "seed": run.seed_base,
-                    "streams": streams, "carry_spec": carry_spec,
-                    "timeout_s": cfg.actor_timeout_s, "failover_s": cfg.inference_failover_s,
-                    "parent_pid": os.getpid(), "error_file": error_file,
-                    "curve_server_key": keys.server_public.decode() if keys else None,
-                    "opponents": run.selfplay.actor_spec() if run.selfplay else None,
-                    "inline": inline_spec}
-            run.actors.append(ChildProcess(f"{a.name}[{k}]", spec, table=run.table,
-                                           env=keys.client_env(idx) if keys else None,
-                                           prefix=tuple(a.launch_prefix), spawner=run.spawner,
-                                           module=INLINE_MODULE if inline else ACTOR_MODULE))
+             run.clock(), run.inference.compiling(), run.placement.local_mesh.size)

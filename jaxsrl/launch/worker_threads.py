@@ -2,8 +2,9 @@
 
 Every worker the launcher runs as a thread (trainers, local inference servers, the
 supervisor of remote inference servers, the watch of a multi-process learner) has the
-same lifecycle surface, :class:`Worker`; its :class:`Kind` says what else the launcher
-may ask of it, so the control loop never probes a worker's attributes or class.
+same lifecycle surface, :class:`Worker`; its :class:`Kind` says whether the launcher
+checkpoints it at the end (trainers). Whether an inference server is alive is asked of
+the run's inference backend (:mod:`jaxsrl.launch.inference_backends`), not of a worker.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ class Kind(enum.Enum):
     """What a worker thread is, for the launcher."""
 
     TRAINER = "trainer"  # a TrainerWorker: checkpointed at the end
-    SERVER = "server"  # a local PolicyWorker: one inference server at ``worker.address``
-    REMOTE_SERVERS = "remote servers"  # RemoteInferenceServers: ``liveness(addresses)``
-    WATCH = "watch"  # watches something outside the process (learner processes)
+    SERVER = "server"  # a local PolicyWorker: one inference server
+    WATCH = "watch"  # watches or feeds something outside the process (learner, server or
+    #                  buffer processes, inline actors), or a thread of its own (PBT, league)
 
 
 @dataclasses.dataclass
@@ -66,13 +67,3 @@ class WorkerThread:
     @property
     def started(self) -> bool:
         return self.thread.ident is not None
-
-    def liveness(self, addresses: set[str]) -> list[tuple[bool, float]]:
-        """``(serving, last heartbeat)`` of each inference server of this worker that
-        listens at one of ``addresses`` (none for trainers and watches)."""
-        w = self.worker
-        if self.kind is Kind.SERVER:
-            return [(w.serving.is_set(), w.heartbeat)] if w.address in addresses else []
-        if self.kind is Kind.REMOTE_SERVERS:
-            return w.liveness(addresses)
-        return []

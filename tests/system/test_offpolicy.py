@@ -30,7 +30,8 @@ from jaxsrl.streams import wire
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.workers.learner import replay_setup
 from jaxsrl.workers.learner.replay_trainer import ReplayTrainer
-from jaxsrl.workers.learner.trainer import TrainerWorker
+from jaxsrl.core.agent import EnvSpec
+from jaxsrl.workers.learner.trainer import TrainerSettings, TrainerStart, TrainerWorker
 
 OBS = gymnasium.spaces.Box(-1, 1, (3,), np.float32)
 ACTIONS = gymnasium.spaces.Discrete(2)
@@ -74,9 +75,9 @@ class Driven:
         state = devices.put_replicated(Count(jnp.int32(version)), mesh)
         self.worker = ReplayTrainer(
             "test-replay", "p", devices.jit_replay_learn(fns.learn, mesh),
-            lambda b: devices.put_batch(b, mesh), state, jax.random.PRNGKey(0), version, OBS,
-            ACTIONS, T, 1, ParameterStore(), self.metrics, checkpointer=checkpointer,
-            max_rows=ROWS, fns=fns, planned_updates=100, **kwargs)
+            lambda b: devices.put_batch(b, mesh),
+            TrainerStart(state, jax.random.PRNGKey(0), version), EnvSpec(OBS, ACTIONS), TrainerSettings(T, 1, max_rows=ROWS), ParameterStore(),
+            self.metrics, checkpointer=checkpointer, fns=fns, planned_updates=100, **kwargs)
         self.worker.warmup()
         self.context = zmq.Context()
         self.pull = self.context.socket(zmq.PULL)

@@ -36,7 +36,8 @@ from jaxsrl.population.search_space import parse_search_space
 from jaxsrl.streams import wire
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.workers.learner.requests import RequestQueue, check_same_layout
-from jaxsrl.workers.learner.trainer import TrainerWorker
+from jaxsrl.core.agent import EnvSpec
+from jaxsrl.workers.learner.trainer import TrainerSettings, TrainerStart, TrainerWorker
 from jaxsrl.workers.population.fitness import FitnessTracker
 from jaxsrl.workers.population.manager import PopulationManager
 from jaxsrl.workers.population.store import PopulationStore
@@ -318,8 +319,9 @@ def test_trainer_request_replace_publishes_a_version_and_drops_old_actions():
     metrics, store = MetricsAccumulator(), ParameterStore()
     obs, actions = gymnasium.spaces.Box(-1, 1, (3,), np.float32), gymnasium.spaces.Discrete(2)
     worker = TrainerWorker("t", "p", devices.jit_learn(_fake_learn, mesh),
-                           lambda b: devices.put_batch(b, mesh), state, jax.random.PRNGKey(0), 0,
-                           obs, actions, 4, 2, store, metrics, max_rows=8)
+                           lambda b: devices.put_batch(b, mesh),
+                           TrainerStart(state, jax.random.PRNGKey(0), 0), EnvSpec(obs, actions),
+                           TrainerSettings(4, 2, max_rows=8), store, metrics)
     thread = worker.start_thread(wait_ready=True)
     sock = zmq.Context.instance().socket(zmq.PUSH)
     sock.setsockopt(zmq.LINGER, 0)

@@ -42,11 +42,12 @@ def test_explicit_host_is_used_and_local_clients_connect_over_loopback():
     from jaxsrl.parallel import devices
     from jaxsrl.experiment.metrics import MetricsAccumulator
     from jaxsrl.streams.params import ParameterStore
-    from jaxsrl.workers.inference.policy import PolicyWorker
+    from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
     store = ParameterStore()
     store.publish("p", 0, np.float32(1.0))
     w = PolicyWorker("any-host", "p", devices.jit_act(fake_act, devices.local_mesh()),
-                     lambda n: None, OBS, store, MetricsAccumulator(), max_rows=8, host="0.0.0.0")
+                     lambda n: None, OBS, store, MetricsAccumulator(),
+                     PolicySettings(max_rows=8, host="0.0.0.0"))
     th = threading.Thread(target=w.run, daemon=True)
     th.start()
     try:

@@ -26,7 +26,7 @@ BUFFER = {"buffer": "replay[1]", "run": 9, "pid": 17, "sample_address": "tcp://1
                        {"return": -1.0, "length": 4}],
           "means": {"replay/size": 512.0, "staleness_mean": float("nan"), "actor/env_s": 0.1},
           "counters": {"dropped_segments": 2}, "seen": list(range(1000))}
-# As jaxsrl/workers/inline/worker.py's InlineActor._ping builds it (dropped: a Counter per policy).
+# As jaxsrl/workers/inline/client.py's InlineClient.ping builds it (dropped: a Counter per policy).
 INLINE = {"actor": 3, "run": 77, "versions": {"default": -1, "opponent": 12},
           "dropped": {"default": {"malformed": 1}, "opponent": {}}}
 

@@ -17,7 +17,9 @@ from jaxsrl.parallel import devices
 from jaxsrl.streams import replay_wire, wire
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.sockets import INPROC, bind
+from jaxsrl.core.agent import EnvSpec
 from jaxsrl.workers.learner.buffer_client import BufferClientTrainer
+from jaxsrl.workers.learner.trainer import TrainerSettings, TrainerStart
 
 from test_offpolicy import ACTIONS, OBS, ROWS, T, Count, fake_agent
 
@@ -36,9 +38,10 @@ def setup():
     metrics = MetricsAccumulator()
     trainer = BufferClientTrainer(
         "test-client", "p", devices.jit_replay_learn(fns.learn, mesh),
-        lambda b: devices.put_batch(b, mesh), devices.put_replicated(Count(jnp.int32(0)), mesh),
-        jax.random.PRNGKey(0), 0, OBS, ACTIONS, T, 1, ParameterStore(), metrics,
-        max_rows=ROWS, host=INPROC, context=context, fns=fns, connect=lambda stop: [address])
+        lambda b: devices.put_batch(b, mesh),
+        TrainerStart(devices.put_replicated(Count(jnp.int32(0)), mesh), jax.random.PRNGKey(0), 0),
+        EnvSpec(OBS, ACTIONS), TrainerSettings(T, 1, max_rows=ROWS, host=INPROC), ParameterStore(),
+        metrics, context=context, fns=fns, connect=lambda stop: [address])
     thread = trainer.start_thread(wait_ready=True)
     yield trainer, router, metrics
     trainer.stop.set()

@@ -22,7 +22,7 @@ from jaxsrl.streams import wire
 from jaxsrl.streams.admission import ActorTable
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.workers.inference.admitted import AdmittedRequests
-from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
 from jaxsrl.workers.inference.server import ReportingActorTable
 
 SPACE = gymnasium.spaces.Box(-1, 1, (3,), np.float32)
@@ -46,7 +46,7 @@ def _serving(cls=PolicyWorker, name="admitted-server"):
     store.publish("p", 3, jnp.float32(2.0))
     table.register(0, 1)
     worker = cls(name, "p", devices.jit_act(fake_act, devices.local_mesh()),
-                 lambda n: None, SPACE, store, metrics, max_rows=8, actors=table)
+                 lambda n: None, SPACE, store, metrics, PolicySettings(max_rows=8), actors=table)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     assert worker.serving.wait(60) and worker.error is None, worker.error

@@ -14,7 +14,7 @@ from jaxsrl.parallel import devices
 from jaxsrl.streams import wire
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.streams.params import ParameterStore
-from jaxsrl.workers.inference.policy import PolicyWorker, bucket_sizes
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker, bucket_sizes
 
 SPACE = gymnasium.spaces.Box(-1, 1, (3,), np.float32)
 
@@ -29,7 +29,7 @@ def server():
     store, metrics = ParameterStore(), MetricsAccumulator()
     store.publish("p", 3, jnp.float32(2.0))
     worker = PolicyWorker("test-server", "p", devices.jit_act(fake_act, devices.local_mesh()),
-                          lambda n: None, SPACE, store, metrics, max_rows=16)
+                          lambda n: None, SPACE, store, metrics, PolicySettings(max_rows=16))
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     worker.ready.wait()

@@ -17,7 +17,7 @@ from jaxsrl.parallel import devices
 from jaxsrl.streams import wire
 from jaxsrl.streams.opponents import LATEST, PoolView, draw_value
 from jaxsrl.streams.params import ParameterStore
-from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
 
 SPACE = gymnasium.spaces.Box(-1, 1, (3,), np.float32)
 SCALE = {LATEST: 2.0, 1: 10.0, 3: 100.0}  # each version's parameter
@@ -50,7 +50,7 @@ def server():
     store.publish("p", 5, {"s": jnp.float32(SCALE[LATEST])})
     act = devices.jit_act(fake_act, devices.local_mesh())
     worker = PolicyWorker("sp-server", "p", act, lambda n: jnp.zeros((n, 1), jnp.float32), SPACE,
-                          store, metrics, max_rows=16, opponents=pools)
+                          store, metrics, PolicySettings(max_rows=16), opponents=pools)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     worker.ready.wait()

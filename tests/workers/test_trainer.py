@@ -18,7 +18,8 @@ from jaxsrl.parallel import devices
 from jaxsrl.streams import wire
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.streams.params import ParameterStore
-from jaxsrl.workers.learner.trainer import TrainerWorker
+from jaxsrl.core.agent import EnvSpec
+from jaxsrl.workers.learner.trainer import TrainerSettings, TrainerStart, TrainerWorker
 
 OBS = gymnasium.spaces.Box(-1, 1, (3,), np.float32)
 ACTIONS = gymnasium.spaces.Discrete(2)
@@ -55,9 +56,11 @@ class Trainer:
         state = Seen(jnp.int32(0), jnp.int32(0), jnp.int32(0))
         self.worker = TrainerWorker(
             "test-trainer", "p", devices.jit_learn(fake_learn, mesh),
-            lambda b: devices.put_batch(b, mesh), state, jax.random.PRNGKey(0), 0, OBS, ACTIONS,
-            T, BATCH, ParameterStore(), self.metrics, max_staleness=max_staleness, max_rows=8,
-            idle_rows=idle_rows)
+            lambda b: devices.put_batch(b, mesh), TrainerStart(state, jax.random.PRNGKey(0), 0),
+            EnvSpec(OBS, ACTIONS),
+            TrainerSettings(T, BATCH, max_staleness=max_staleness, max_rows=8,
+                            idle_rows=idle_rows),
+            ParameterStore(), self.metrics)
         self.thread = threading.Thread(target=self.worker.run, daemon=True)
         self.thread.start()
         self.worker.ready.wait()

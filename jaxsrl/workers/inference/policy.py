@@ -38,6 +38,7 @@ version's parameters and the reply's ``opponent`` array says which served each r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any, Callable
@@ -76,6 +77,32 @@ def bucket_sizes(max_rows: int, multiple: int, smallest: int = 8) -> list[int]:
     return sorted(set(sizes))
 
 
+@dataclasses.dataclass(frozen=True)
+class PolicySettings:
+    """A policy worker's batch sizes, deadline, action-sampling seed and socket.
+
+    Attributes:
+      max_rows: largest batch of rows in one call (sum over actors' groups).
+      num_devices: batch sizes are padded to multiples of this.
+      host: interface to bind (``127.0.0.1`` unless told otherwise), or
+        ``jaxsrl.streams.sockets.INPROC`` (serial mode).
+      deadline_ms: after the first request, wait this long for more (0: take what
+        is waiting).
+      seed: seed of the action-sampling RNG.
+      port: TCP port to bind (0: a free one; a restarted remote server asks for its
+        previous port, so actors' addresses stay valid).
+      curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
+    """
+
+    max_rows: int
+    num_devices: int = 1
+    host: str = "127.0.0.1"
+    deadline_ms: float = 0.0
+    seed: int = 0
+    port: int = 0
+    curve: tuple | None = None
+
+
 class PolicyWorker(Worker):
     """Inference server thread of one policy (lifecycle: :class:`~jaxsrl.core.worker.Worker`).
 
@@ -94,19 +121,10 @@ class PolicyWorker(Worker):
       observation_space: per-row observation space (validates requests).
       store: where the learner publishes parameters.
       metrics: run metrics (dropped messages, batch sizes).
-      max_rows: largest batch of rows in one call (sum over actors' groups).
-      num_devices: batch sizes are padded to multiples of this.
-      host: interface to bind (``127.0.0.1`` unless told otherwise), or
-        ``jaxsrl.streams.sockets.INPROC`` (serial mode).
-      deadline_ms: after the first request, wait this long for more (0: take what
-        is waiting).
-      seed: seed of the action-sampling RNG.
+      settings: batch sizes, deadline, seed and socket (:class:`PolicySettings`).
       actors: the run's actor table; requests whose ids it does not accept are dropped
         (``None``: any integer ids are accepted, e.g. in tests and benchmarks).
       context: ZeroMQ context of the socket (default: the process-wide one).
-      curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
-      port: TCP port to bind (0: a free one; a restarted remote server asks for its
-        previous port, so actors' addresses stay valid).
       opponents: the run's opponent pools (:class:`~jaxsrl.streams.opponents.Opponents`)
         for self-play, or ``None`` (requests carry no ``opponent`` array).
 
@@ -117,13 +135,12 @@ class PolicyWorker(Worker):
 
     def __init__(self, name: str, policy: str, act: Callable, initial_carry: Callable,
                  observation_space: Any, store: ParameterStore, metrics: MetricsAccumulator,
-                 max_rows: int, num_devices: int = 1, host: str = "127.0.0.1",
-                 deadline_ms: float = 0.0, seed: int = 0, actors: ActorTable | None = None,
-                 context: zmq.Context | None = None, curve: tuple | None = None, port: int = 0,
-                 opponents: opp.Opponents | None = None):
+                 settings: PolicySettings, *, actors: ActorTable | None = None,
+                 context: zmq.Context | None = None, opponents: opp.Opponents | None = None):
         super().__init__(name)
-        self.policy, self.port = policy, port
-        self.actors, self._context, self._curve = actors, context, curve
+        self.settings = settings
+        self.policy, self.port = policy, settings.port
+        self.actors, self._context, self._curve = actors, context, settings.curve
         self._act = act
         self._carry = CarryCodec(initial_carry)
         self._obs_names = list(obs_schema(observation_space))
@@ -132,16 +149,16 @@ class PolicyWorker(Worker):
         self._request_schema = self._schema | (
             {opp.OPPONENT: wire.ArraySpec("int32", (None,))} if opponents is not None else {})
         self.store, self.metrics = store, metrics
-        self.buckets = bucket_sizes(max_rows, num_devices)
+        self.buckets = bucket_sizes(settings.max_rows, settings.num_devices)
         self.max_rows = self.buckets[-1]
-        self.host, self.deadline_s = host, deadline_ms / 1000.0
+        self.host, self.deadline_s = settings.host, settings.deadline_ms / 1000.0
         self.drops = DropLog(log, "request")
         # Largest valid request: max_rows rows of every array (header aside).
         row_bytes = {k: int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
                      for k, s in self._request_schema.items()}
         self.max_bytes = max(1, self.max_rows * sum(row_bytes.values()))
         self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, self.max_rows * max(row_bytes.values()))
-        self._keys = KeyStream(jax.random.PRNGKey(seed))
+        self._keys = KeyStream(jax.random.PRNGKey(settings.seed))
         self._batch = BatchBuffer(self._request_schema, self.buckets)
         self._inputs = {}  # bucket -> (obs tree, carry tree) viewing the batch buffer
         for b in self.buckets:

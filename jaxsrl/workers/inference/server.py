@@ -61,7 +61,7 @@ from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.status import SERVER_STATUS
 from jaxsrl.streams.security import ENV_SERVER_PUBLIC, ENV_SERVER_SECRET
 from jaxsrl.streams.sockets import open_socket
-from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
 
 log = logging.getLogger("jaxsrl.inference_server")
 __all__ = ["ENV_SERVER_PUBLIC", "ENV_SERVER_SECRET", "InferenceServer", "ReportingActorTable",
@@ -160,13 +160,14 @@ class InferenceServer(Worker):
 
     def _start_worker(self, port: int):
         spec = self.spec
+        settings = PolicySettings(
+            max_rows=int(spec["max_rows"]), num_devices=self._mesh_size,
+            host=bind_host(spec.get("host", "127.0.0.1")),
+            deadline_ms=float(spec.get("deadline_ms", 0.0)), seed=int(spec.get("seed", 0)),
+            port=port, curve=self._server_keys)
         worker = PolicyWorker(
             self.name, self.policy, self._act, self._initial_carry, self._obs_space, self.store,
-            self.metrics, max_rows=int(spec["max_rows"]), num_devices=self._mesh_size,
-            host=bind_host(spec.get("host", "127.0.0.1")),
-            deadline_ms=float(spec.get("deadline_ms", 0.0)),
-            seed=int(spec.get("seed", 0)), actors=self.table, context=self.context,
-            curve=self._server_keys, port=port)
+            self.metrics, settings, actors=self.table, context=self.context)
         thread = worker.start_thread(wait_ready=True)
         self._thread = thread
         return worker, thread

@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsrl.core.agent import EnvSpec
 from jaxsrl.core.child import start_child
 from jaxsrl.envs import env_has_idle_rows
 from jaxsrl.experiment.agent_build import factory_of_spec
@@ -53,7 +54,7 @@ from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.parallel import devices, distributed
 from jaxsrl.parallel.compile_cache import enable_compilation_cache
 from jaxsrl.streams.params import ParameterStore
-from jaxsrl.workers.learner.trainer import TrainerWorker
+from jaxsrl.workers.learner.trainer import TrainerSettings, TrainerStart, TrainerWorker
 
 log = logging.getLogger("jaxsrl.learner_process")
 MODULE = "jaxsrl.workers.learner"
@@ -149,16 +150,19 @@ def run(spec: dict, stop: threading.Event) -> None:
     host = distributed.broadcast_from_first(
         jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), like))
     relay = MetricsRelay()
+    start = TrainerStart(distributed.put_replicated_global(host["agent"], mesh),
+                         jnp.asarray(host["rng"]), int(host["version"]))
+    settings = TrainerSettings(
+        job["segment_length"], job["batch_segments"], max_staleness=job["max_staleness"],
+        max_rows=job["max_rows"], on_nonfinite=job["on_nonfinite"],
+        idle_rows=env_has_idle_rows(job["env"]),
+        host=spec.get("host") or route_host(spec["coordinator_address"]))
     trainer = TrainerWorker(
         f"{job['trainer']}[{p}]", job["policy"], devices.jit_learn(fns.learn, mesh),
-        lambda batch: distributed.put_batch_global(batch, mesh),
-        distributed.put_replicated_global(host["agent"], mesh), jnp.asarray(host["rng"]),
-        int(host["version"]), obs_space, action_space, job["segment_length"],
-        job["batch_segments"], ParameterStore(), relay, None, job["max_staleness"],
-        spec.get("host") or route_host(spec["coordinator_address"]), fns.initial_carry,
-        max_rows=job["max_rows"], on_nonfinite=job["on_nonfinite"],
-        before_update=distributed.Lockstep(job["policy"], timeout_s=timeout_s, payload=relay.drain),
-        idle_rows=env_has_idle_rows(job["env"]))
+        lambda batch: distributed.put_batch_global(batch, mesh), start,
+        EnvSpec(obs_space, action_space), settings, ParameterStore(), relay,
+        initial_carry=fns.initial_carry,
+        before_update=distributed.Lockstep(job["policy"], timeout_s=timeout_s, payload=relay.drain))
     thread = threading.Thread(target=trainer.run, name=trainer.name, daemon=True)
     thread.start()
     trainer.ready.wait()

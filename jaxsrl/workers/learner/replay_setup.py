@@ -1,10 +1,11 @@
 """What the launcher asks about an off-policy agent: the hooks of the replay path.
 
 The launcher wires an off-policy agent (``AgentFns.replay`` set) like an on-policy one,
-with these differences, each answered here so ``jaxsrl/launch/wiring.py`` holds only
-one-line hooks:
+with these differences, each answered here so the launcher's wiring and builders hold
+only one-line hooks:
 
-- :func:`planned_updates`: ``learn`` calls over the run's env frames at the replay ratio;
+- :func:`planned_updates`: ``learn`` calls over the run's env frames at the replay ratio
+  (:func:`updates_of_plan`: that or the on-policy plan);
 - :func:`complete_dataflow`: the graph gets a ``buffer`` worker on each sample stream of
   an off-policy trainer (``placement = "learner"`` unless the config says otherwise);
 - :func:`trainer_kind`: the trainer class and its extra arguments
@@ -35,6 +36,16 @@ def planned_updates(items: float, spec: ReplaySpec) -> int:
     at least 1.
     """
     return max(1, math.ceil((items - spec.min_fill) * spec.replay_ratio / spec.batch_size))
+
+
+def updates_of_plan(cfg: Any, rows: float, frames: float, replay: ReplaySpec | None) -> int:
+    """Planned ``learn`` calls of a trainer whose policy gets ``rows`` row-steps per
+    ``frames`` env frames (> 0), over ``cfg.total_env_steps`` frames: at the replay ratio
+    (:func:`planned_updates`) for an off-policy agent (``replay``), else one per
+    ``batch_segments * segment_length`` row-steps (``cfg.num_updates``)."""
+    if replay is None:
+        return cfg.num_updates(rows / frames)
+    return planned_updates(cfg.total_env_steps * rows / frames, replay)
 
 
 def complete_dataflow(flow: Dataflow, fns_of: dict[str, AgentFns], processes: int = 1,

@@ -37,17 +37,18 @@ parameters it replaced are dropped (``replaced_rows_dropped``,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import zmq
 
-from jaxsrl.core.agent import Trajectory
+from jaxsrl.core.agent import EnvSpec, Trajectory
 from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.metrics import MetricsAccumulator
@@ -60,6 +61,8 @@ from jaxsrl.streams.sockets import bind, open_socket
 from jaxsrl.workers.learner.requests import LearnerRequests, RequestQueue, check_same_layout
 
 log = logging.getLogger("jaxsrl.trainer")
+
+
 class NonFiniteError(NonFiniteSegment):
     """A segment held NaN or Inf and the run is configured with ``on_nonfinite="raise"``."""
 
@@ -68,6 +71,43 @@ def _all_finite(tree) -> jax.Array:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
               if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerSettings:
+    """A trainer's batch shape, sample-stream admission rules and socket.
+
+    Attributes:
+      segment_length: ``T`` steps per segment.
+      batch_segments: rows (segments) per ``learn`` call.
+      max_staleness: no update uses a row whose oldest action is more than this many
+        versions behind the learner; checked when the batch is assembled (0 keeps
+        everything).
+      max_rows: most rows one segment may have (``None``: limited by the wire cap only).
+      on_nonfinite: ``"drop"`` or ``"raise"`` for segments holding NaN or Inf.
+      idle_rows: segments carry per-step validity flags (``valid`` ``[rows, T]`` bool),
+        passed on as ``Trajectory.valid``; without, ``Trajectory.valid`` is ``None``.
+      host: interface to bind, or ``jaxsrl.streams.sockets.INPROC`` (serial mode).
+      curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
+    """
+
+    segment_length: int
+    batch_segments: int
+    max_staleness: int = 0
+    max_rows: int | None = None
+    on_nonfinite: str = "drop"
+    idle_rows: bool = False
+    host: str = "127.0.0.1"
+    curve: tuple | None = None
+
+
+class TrainerStart(NamedTuple):
+    """Where a trainer starts: its learner state (on device), RNG key and policy version
+    (0, or the restored one)."""
+
+    state: Any
+    rng: jax.Array
+    version: int = 0
 
 
 class TrainerWorker(LearnerRequests, Worker):
@@ -82,30 +122,22 @@ class TrainerWorker(LearnerRequests, Worker):
       policy: policy name under which parameters are published.
       learn: ``learn(state, trajectory, rng)`` already jitted over the devices.
       put_batch: places a host batch on the devices (split along the batch axis).
-      state: initial (or restored) learner state, on device; ``state.params`` is served.
-      rng: learner RNG key.
-      version: starting policy version (0, or the restored one).
-      observation_space, action_space: per-row spaces (validate segments).
-      segment_length: ``T``.
-      batch_segments: rows (segments) per ``learn`` call.
+      start: the initial (or restored) learner state, RNG key and policy version
+        (:class:`TrainerStart`; ``state.params`` is served).
+      spec: per-row observation and action spaces (validate segments).
+      settings: batch shape, admission rules and socket (:class:`TrainerSettings`).
       store, metrics: shared with the policy workers and the launcher.
-      checkpointer: where to save, or ``None``.
-      max_staleness: no update uses a row whose oldest action is more than this many
-        versions behind the learner; checked when the batch is assembled (0 keeps
-        everything).
-      host: interface to bind, or ``jaxsrl.streams.sockets.INPROC`` (serial mode).
       initial_carry: the agent's ``initial_carry`` (describes carry arrays in segments).
-      idle_rows: segments carry per-step validity flags (``valid`` ``[rows, T]`` bool),
-        passed on as ``Trajectory.valid``; without, ``Trajectory.valid`` is ``None``.
+      checkpointer: where to save, or ``None``.
       actors: the run's actor table; segments whose ids it does not accept are dropped
         (``None``: any integer ids are accepted).
-      max_rows: most rows one segment may have (``None``: limited by the wire cap only).
-      on_nonfinite: ``"drop"`` or ``"raise"`` for segments holding NaN or Inf.
       context: ZeroMQ context of the socket (default: the process-wide one).
-      curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
       before_update: ``before_update(stop_event) -> bool``, called when a batch is ready,
         before each update; ``False`` skips it and stops the worker (multi-process
         learners: :class:`jaxsrl.parallel.distributed.Lockstep`).
+
+    Raises:
+      ValueError: ``settings.on_nonfinite`` is neither ``"drop"`` nor ``"raise"``.
 
     Attributes:
       drops: the :class:`~jaxsrl.streams.admission.DropLog` of refused segments (its
@@ -120,38 +152,37 @@ class TrainerWorker(LearnerRequests, Worker):
     #: segments queued per actor connection here (RCVHWM) and in each actor's sample socket
     #: (SNDHWM, sent in the actors' stream specs), and the kernel socket buffers in bytes
     #: (SO_RCVBUF here, SO_SNDBUF there; -1: the OS default, autotuned up to megabytes).
-    #: 64 KiB: with the OS default the kernel buffers held dozens of hide-and-seek segments
-    #: (staleness 13.5 versions in the bench's end to end after final_obs became sparse,
-    #: 3.9 with 64 KiB at the same 1,281-1,286 env steps/s; CartPole unchanged, 39.5k, 0.66).
+    #: 64 KiB: the OS default lets the kernel buffers hold dozens of segments, which
+    #: raises staleness (measured: ``docs/benchmarks.md``, "All of issue 19 together").
     sample_recv_hwm: int = 4
     sample_send_hwm: int = 2
     sample_buffer_bytes: int = 65536
 
-    def __init__(self, name: str, policy: str, learn: Callable, put_batch: Callable, state: Any,
-                 rng: jax.Array, version: int, observation_space, action_space,
-                 segment_length: int, batch_segments: int, store: ParameterStore,
-                 metrics: MetricsAccumulator, checkpointer: Checkpointer | None = None,
-                 max_staleness: int = 0, host: str = "127.0.0.1",
+    def __init__(self, name: str, policy: str, learn: Callable, put_batch: Callable,
+                 start: TrainerStart, spec: EnvSpec, settings: TrainerSettings,
+                 store: ParameterStore, metrics: MetricsAccumulator, *,
                  initial_carry: Callable[[int], Any] = lambda n: None,
-                 actors: ActorTable | None = None, max_rows: int | None = None,
-                 on_nonfinite: str = "drop", context: zmq.Context | None = None,
-                 curve: tuple | None = None,
-                 before_update: Callable[[threading.Event], bool] | None = None,
-                 idle_rows: bool = False):
+                 checkpointer: Checkpointer | None = None, actors: ActorTable | None = None,
+                 context: zmq.Context | None = None,
+                 before_update: Callable[[threading.Event], bool] | None = None):
+        on_nonfinite = settings.on_nonfinite
         if on_nonfinite not in ("drop", "raise"):
             raise ValueError(f"on_nonfinite={on_nonfinite!r} must be 'drop' or 'raise'")
+        observation_space, action_space = spec.observation_space, spec.action_space
+        segment_length, max_rows = settings.segment_length, settings.max_rows
+        self.settings = settings
         super().__init__(name)
         self.policy = policy
         # actors and on_nonfinite live in the segment gate below
-        self._context, self._curve = context, curve
+        self._context, self._curve = context, settings.curve
         self._before_update = before_update
         self._learn, self._put_batch = learn, put_batch
-        self.state, self.rng, self.version = state, rng, version
+        self.state, self.rng, self.version = start.state, start.rng, start.version
         self._carry = CarryCodec(initial_carry)
         self._schema = segment_schema(observation_space, action_space, segment_length, self._carry,
-                                      idle_rows)
+                                      settings.idle_rows)
         self._observation_space = observation_space
-        self.batch_segments = batch_segments
+        self.batch_segments = settings.batch_segments
         self.T = segment_length
         self.max_rows = max_rows
         # The sample stream's admission rules, shared with buffer processes.
@@ -161,7 +192,7 @@ class TrainerWorker(LearnerRequests, Worker):
         self.drops = self.gate.drops
         self._finite = jax.jit(_all_finite)
         self.store, self.metrics, self.checkpointer = store, metrics, checkpointer
-        self.max_staleness, self.host = max_staleness, host
+        self.max_staleness, self.host = settings.max_staleness, settings.host
         self._pending: list[dict] = []
         self._pending_rows = 0
         self._waiting_since = time.perf_counter()  # for learner/batch_wait_ms
@@ -169,8 +200,8 @@ class TrainerWorker(LearnerRequests, Worker):
         self.extra_meta: dict = {}  # run counters saved with checkpoints (set by the launcher)
         self._requests = RequestQueue(name)  # run between updates (run_between_updates)
         self._min_version = 0  # actions older than this came from replaced parameters
-        store.publish(policy, version, state.params)
-        metrics.set_version(policy, version)
+        store.publish(policy, start.version, start.state.params)
+        metrics.set_version(policy, start.version)
 
     def _example_batch(self) -> Trajectory:
         """A zero batch of the configured shape (for ahead-of-time compilation)."""
