@@ -55,7 +55,7 @@ from jaxsrl.streams.segment import pack_final_obs, segment_schema
 from jaxsrl.streams.segment_gate import SegmentGate
 from jaxsrl.streams.sockets import bind, open_socket
 from jaxsrl.streams.spaces import obs_schema
-from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
 from jaxsrl.workers.learner.trainer import TrainerWorker
 
 CLIENTS_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fan_in_clients.py")
@@ -184,7 +184,8 @@ def point(w: Workload, actors: int, client_procs: int, rate: float, duration_s: 
         table.register(i, 0)
     server = PolicyWorker("fan-in-server", "bench", devices.jit_act(trivial_act(b.action_space), mesh),
                           b.fns.initial_carry, b.observation_space, store, metrics,
-                          max_rows=actors * w.ring * w.rows, num_devices=mesh.size, host=host,
+                          PolicySettings(max_rows=actors * w.ring * w.rows,
+                                         num_devices=mesh.size, host=host),
                           actors=table)
     gate = SegmentGate(w.schema, w.T, actors * w.ring * w.rows, table, metrics, name="fan-in")
     receiver = SampleReceiver(gate, host)

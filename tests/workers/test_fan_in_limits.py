@@ -23,7 +23,7 @@ from jaxsrl.parallel import devices
 from jaxsrl.streams import wire
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.sockets import LISTEN_BACKLOG, bind
-from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
 
 SPACE = gymnasium.spaces.Box(-1, 1, (3,), np.float32)
 
@@ -37,7 +37,8 @@ def test_server_remembers_a_verdict_for_every_actor_group():
     store = ParameterStore()
     store.publish("p", 0, jnp.float32(0.0))
     worker = PolicyWorker("fan-in", "p", devices.jit_act(_act, devices.local_mesh()),
-                          lambda n: None, SPACE, store, MetricsAccumulator(), max_rows=actors)
+                          lambda n: None, SPACE, store, MetricsAccumulator(),
+                          PolicySettings(max_rows=actors))
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     worker.ready.wait()

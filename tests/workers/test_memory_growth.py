@@ -25,7 +25,7 @@ from jaxsrl.streams.segment import pack_final_obs, segment_schema
 from jaxsrl.streams.segment_gate import SegmentGate
 from jaxsrl.streams.spaces import obs_schema
 from jaxsrl.workers.inference import policy
-from jaxsrl.workers.inference.policy import PolicyWorker
+from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
 
 ROWS, T = 16, 32  # one CartPole actor group's request; steps per segment
 BLOCK = 600  # requests between RSS samples
@@ -48,7 +48,7 @@ def setup():
     gate = SegmentGate(schema, T, ROWS, table, metrics, name="growth")
     worker = PolicyWorker("growth-server", "p", devices.jit_act(b.fns.act, mesh),
                           b.fns.initial_carry, b.observation_space, store, metrics,
-                          max_rows=2 * ROWS, num_devices=mesh.size, actors=table)
+                          PolicySettings(max_rows=2 * ROWS, num_devices=mesh.size), actors=table)
     thread = worker.start_thread(wait_ready=True)
     assert worker.serving.wait(300), "the server did not warm up"
     request = {k: np.zeros((ROWS,) + s.shape[1:], s.dtype)
