@@ -107,12 +107,12 @@ def test_non_trivial_dataflow_graphs_run_serially(tmp_path, graph, policies, act
 
 
 @pytest.mark.parametrize("flags, match", [
-    (["--remote_inference"], r"remote_inference=True does not work with --launcher=serial"),
-    (["--num_learner_processes=2"], r"num_learner_processes=2 does not work with --launcher=serial"),
-    (["--coordinator_address=10.0.0.1:6123"], r"coordinator_address='10.0.0.1:6123' does not work"),
-    (["--curve"], r"curve=True does not work with --launcher=serial"),
-    (["--eval_every=5"], r"eval_every=5 does not work with --launcher=serial"),
-    (["--ray_address=auto"], r"ray_address='auto' needs --launcher=ray"),
+    (["--remote_inference"], r"--inference=process does not work with --launcher=serial"),
+    (["--num_learner_processes=2"], r"--num_learner_processes=2 does not work with --launcher=serial"),
+    (["--coordinator_address=10.0.0.1:6123"], r"--coordinator_address=10.0.0.1:6123 does not work"),
+    (["--curve"], r"--curve does not work with --launcher=serial"),
+    (["--eval_every=5"], r"--eval_every=5 does not work with --launcher=serial"),
+    (["--ray_address=auto"], r"--ray_address=auto needs --launcher=ray"),
 ])
 def test_options_that_need_processes_are_one_line_errors(flags, match):
     with pytest.raises(ValueError, match=match) as info:
@@ -127,8 +127,8 @@ def test_launch_prefix_is_a_one_line_error(tmp_path):
                     'policy_workers = [{name = "policy", inference_stream = "inference", '
                     'policy = "default"}]\ntrainers = [{name = "trainer", sample_stream = "samples", '
                     'policy = "default"}]\n')
-    with pytest.raises(ValueError, match=r"actor group 'far' has a launch_prefix, which "
-                                         r"--launcher=serial cannot run"):
+    with pytest.raises(ValueError, match=r"the launch_prefix of actor group 'far' does not "
+                                         r"work with --launcher=serial"):
         load_config([SERIAL, "--env=CartPole-v1", f"--config={toml}"])
 
 
