@@ -266,15 +266,16 @@ class RunConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value: each section's checks
-        (:data:`~jaxsrl.experiment.sections.SECTIONS`), the dataflow against them, the
-        refused mode pairs (:data:`~jaxsrl.experiment.modes.REFUSED`), the agent's own.
+        (:data:`~jaxsrl.experiment.sections.SECTIONS`), the refused mode pairs
+        (:data:`~jaxsrl.experiment.modes.REFUSED`), the dataflow against the sections'
+        values, the agent's own.
         Runs once per config object (a changed copy, ``dataclasses.replace``, runs again)."""
         if self.__dict__.get("_validated"):
             return
         for section in sections.SECTIONS:
             section.check(self)
-        sections.check_graph(self, self.flow)
         modes.check(self, self.flow)
+        sections.check_graph(self, self.flow)
         agent_validate = getattr(self.agent_config(), "validate", None)
         if agent_validate is not None:  # the agent's own hyperparameter checks
             agent_validate()

@@ -38,6 +38,9 @@ from jaxsrl.envs.jax_native import is_jax_native
 INFERENCE = ("auto", "thread", "process", "inline")
 #: Older keys of the inference mode (switches), still read from flags and files.
 ALIAS_KEYS = ("remote_inference", "inline_inference")
+#: The command-line spellings of :data:`ALIAS_KEYS`.
+ALIAS_FLAGS = frozenset(f"--{no}{k}" for k in ("remote_inference", "inline_inference")
+                        for no in ("", "no_"))
 #: The older value ``server``: inference servers, threads unless already processes.
 SERVER = "server"
 #: ``where`` of the command-line layer (its messages name flags).
