@@ -213,6 +213,8 @@ _MODES = [
          lambda c: f"--inference={c.inference}"),
     Mode("learner processes", lambda c, f: c.num_learner_processes > 1,
          lambda c: f"--num_learner_processes={c.num_learner_processes}"),
+    Mode("off-policy agent", lambda c, f: bool(getattr(c.agent_config(), "OFF_POLICY", False)),
+         lambda c: f"--agent={c.agent}"),
     Mode("coordinator address", lambda c, f: bool(c.coordinator_address),
          lambda c: f"--coordinator_address={c.coordinator_address}"),
     Mode("curve", lambda c, f: bool(c.curve), lambda c: "--curve"),
@@ -294,13 +296,15 @@ REFUSED: tuple[Refusal, ...] = (
     Refusal("inference deadline", "inference=inline", "there is no server to batch requests "
             "(add --inference=thread)"),
     Refusal("server count", "inference=inline", "no inference server runs, the actors act"),
-    # several learner processes
-    Refusal("learner processes", "several trainers", "the learner processes train one policy"),
-    Refusal("curve", "learner processes", "the learner processes' streams are not encrypted yet"),
     # population and self-play opponents
     Refusal("population", "dataflow table", "a population builds its own dataflow (one actor "
             "group, inference server and trainer per member): drop the [dataflow] table"),
     Refusal("population", "learner processes", "population members train in one learner process"),
+    # several learner processes
+    Refusal("learner processes", "several trainers", "the learner processes train one policy"),
+    Refusal("off-policy agent", "learner processes", "an off-policy agent learns in one "
+            "process (its replay lives on that process's device)"),
+    Refusal("curve", "learner processes", "the learner processes' streams are not encrypted yet"),
     Refusal("opponents", "inference=process", "snapshots are served by local inference servers "
             "of one learner process"),
     Refusal("opponents", "population", "snapshots are served by local inference servers of one "

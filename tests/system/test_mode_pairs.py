@@ -62,7 +62,7 @@ NAMED = {("launcher", "local"): "--launcher=local", ("launcher", "serial"): "--l
          ("launcher", "ray"): "--launcher=ray", ("inference", "thread"): "--inference=thread",
          ("inference", "process"): "--inference=process",
          ("inference", "inline"): "--inference=inline", ("learner", "2"): "--num_learner_processes=2",
-         ("agent", "dqn"): "--agent=dqn", ("population", "2"): "--population=2",
+         ("agent", "dqn"): "dqn", ("population", "2"): "--population",
          ("eval", "2"): "--eval_every=2"}
 #: The pairs issue 29 names as run together by no test before this tier.
 ISSUE_PAIRS = [(("launcher", "ray"), ("inference", "process")),
