@@ -18,6 +18,7 @@ import functools
 import itertools
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -37,9 +38,11 @@ pytestmark = pytest.mark.mode_pairs
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(REPO_ROOT, "scripts", "train.py")
 
-#: Flags of every run: small and short (2 actors of 4 envs, 2,000 env steps, 16x16 nets).
+#: Env frames of each run.
+STEPS = 1500
+#: Flags of every run: small and short (2 actors of 4 envs, STEPS env frames, 16x16 nets).
 COMMON = ["--env=CartPole-v1", "--num_actors=2", "--envs_per_actor=4", "--segment_length=16",
-          "--batch_segments=8", "--log_interval_s=0.5", "--total_env_steps=2000",
+          "--batch_segments=8", "--log_interval_s=0.5", f"--total_env_steps={STEPS}",
           "--checkpoint_interval_s=600"]
 #: dimension -> value -> flags; the first value of each is the default of a pair's run.
 DIMENSIONS: dict[str, dict[str, list[str]]] = {
@@ -98,11 +101,17 @@ def refusal_of(run: dict[str, str]) -> str | None:
     return _refusal(tuple(flags_of(run)))
 
 
-def plan_runs(accepted: list) -> list[dict[str, str]]:
-    """Few full runs (one value per dimension) that together hold every accepted pair:
-    greedily the run holding most pairs not yet held, none holding a refused pair, the
-    cheaper of equal ones (fewer processes: no Ray, fewer modes on)."""
-    todo = set(accepted)
+def _cost(run: dict[str, str]) -> float:
+    """A run's rough price: a Ray cluster's run most, then each mode it turns on."""
+    return 3 * (run["launcher"] == "ray") + sum((d, v) in MODES for d, v in run.items())
+
+
+def plan_runs(accepted: list, tries: int = 300) -> list[dict[str, str]]:
+    """Few full runs (one value per dimension) that together hold every accepted pair,
+    none holding a refused pair: greedy (the run holding most pairs not yet held) with
+    random tie-breaks, ``tries`` times from a fixed seed; the fewest runs, then the
+    cheapest (:func:`_cost`), win. Each inference mode needs three runs (two learner
+    processes, DQN and a population exclude each other), so 9 is the least."""
     refused = {frozenset(p) for p in PAIRS} - {frozenset(p) for p in accepted}
     candidates = []
     for values in itertools.product(*(list(v) for v in DIMENSIONS.values())):
@@ -110,18 +119,20 @@ def plan_runs(accepted: list) -> list[dict[str, str]]:
         modes = [(d, v) for d, v in run.items() if (d, v) in MODES]
         if any(frozenset(p) in refused for p in itertools.combinations(modes, 2)):
             continue
-        candidates.append((run, {p for p in itertools.combinations(modes, 2)}))
-    runs = []
-    while todo:
-        def score(item):
-            run, pairs = item
-            cost = (run["launcher"] == "ray") + sum((d, v) in MODES for d, v in run.items()) / 10
-            return (len(pairs & todo), -cost)
-        run, pairs = max(candidates, key=score)
-        assert pairs & todo, f"no accepted run holds {sorted(todo)}"
-        runs.append(run)
-        todo -= pairs
-    return runs
+        candidates.append((run, {_key(p) for p in itertools.combinations(modes, 2)}))
+    rng = random.Random(0)
+    best: list = []
+    for _ in range(tries):
+        todo, runs = {_key(p) for p in accepted}, []
+        while todo:
+            gain = max(len(pairs & todo) for _, pairs in candidates)
+            assert gain, f"no accepted run holds {sorted(todo)}"
+            run, pairs = rng.choice([c for c in candidates if len(c[1] & todo) == gain])
+            runs.append(run)
+            todo -= pairs
+        if not best or (len(runs), sum(map(_cost, runs))) < (len(best), sum(map(_cost, best))):
+            best = runs
+    return best
 
 
 def _key(pair) -> tuple:
@@ -139,7 +150,7 @@ def verdicts() -> dict:
 
 def _runs() -> list[dict[str, str]]:
     accepted = [_key(p) for p in PAIRS if refusal_of(dict(p)) is None]
-    return plan_runs(accepted)
+    return sorted(plan_runs(accepted), key=_cost)
 
 
 RUNS = _runs()
@@ -186,13 +197,14 @@ def _ray_env() -> dict:
 def test_mode_run_trains(run, tmp_path, request):
     """One short run of several modes at once: exit 0, metrics rows written."""
     logdir = tmp_path / "run"
-    extra, env = [f"--logdir={logdir}"], {**os.environ, "JAXSRL_PROGRESS": "0"}
+    extra, env = [f"--logdir={logdir}"], dict(os.environ)
     if run["launcher"] == "ray":
         extra.append(f"--ray_address={request.getfixturevalue('cluster')}")
-        env = {**_ray_env(), "JAXSRL_PROGRESS": "0"}
+        env = _ray_env()
+    env.update(JAXSRL_PROGRESS="0", JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, TRAIN, *flags_of(run), *extra], capture_output=True,
                          text=True, timeout=420, env=env)
     assert out.returncode == 0, out.stderr[-4000:]
     with open(logdir / "metrics.jsonl") as f:
         rows = [json.loads(line) for line in f]
-    assert rows and rows[-1]["env_steps"] >= 2000, rows[-1:]
+    assert rows and rows[-1]["env_steps"] >= STEPS, rows[-1:]

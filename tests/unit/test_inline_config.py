@@ -112,8 +112,6 @@ def test_resuming_a_run_saved_with_the_old_key_keeps_its_mode(tmp_path):
 
 @pytest.mark.parametrize("flags, match", [
     (["--remote_inference"], r"--inline_inference contradicts --remote_inference"),
-    (["--inference_servers=2"], r"--inference_servers=2 does not work with --inference=inline"),
-    (["--inference_deadline_ms=2"], r"--inference_deadline_ms=2 does not work with"),
     (["--env=hide_and_seek", "--config=configs/hide_and_seek_teams.toml",
       "--config=configs/hide_and_seek_selfplay.toml"],
      r"--opponents.snapshot_every=4 does not work with --inference=inline"),
@@ -121,18 +119,6 @@ def test_resuming_a_run_saved_with_the_old_key_keeps_its_mode(tmp_path):
 def test_what_inline_inference_cannot_do_is_a_one_line_error(flags, match):
     with pytest.raises(ValueError, match=match) as info:
         load_config([INLINE, *flags])
-    assert "\n" not in str(info.value)
-
-
-def test_a_policy_worker_of_several_servers_is_refused(tmp_path):
-    toml = tmp_path / "two_servers.toml"
-    toml.write_text('[dataflow]\nactors = [{name = "actors", count = 2, inference_stream = "inf", '
-                    'sample_stream = "smp"}]\npolicy_workers = [{name = "server", count = 2, '
-                    'inference_stream = "inf", policy = "p"}]\ntrainers = [{name = "learner", '
-                    'sample_stream = "smp", policy = "p"}]\n')
-    with pytest.raises(ValueError, match=r"a \[dataflow\] policy worker with count > 1 does "
-                                         r"not work with --inference=inline") as info:
-        load_config([INLINE, f"--config={toml}"])
     assert "\n" not in str(info.value)
 
 
