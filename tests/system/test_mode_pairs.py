@@ -199,7 +199,10 @@ def test_mode_run_trains(run, tmp_path, request):
     logdir = tmp_path / "run"
     extra, env = [f"--logdir={logdir}"], dict(os.environ)
     if run["launcher"] == "ray":
-        extra.append(f"--ray_address={request.getfixturevalue('cluster')}")
+        # The test cluster has 4 logical CPUs: the accelerator process, two servers and
+        # two actors of a population with --inference=process fit at a quarter each.
+        extra += [f"--ray_address={request.getfixturevalue('cluster')}", "--actor_cpus=0.25",
+                  "--learner_cpus=0.25"]
         env = _ray_env()
     env.update(JAXSRL_PROGRESS="0", JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, TRAIN, *flags_of(run), *extra], capture_output=True,
