@@ -30,7 +30,7 @@ their first priority.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import chex
 import gymnasium
@@ -62,6 +62,10 @@ class DQNConfig:
     seeds; either change alone fixed it. The Atari settings of Horgan et al. 2018
     (Sec. 4.1 and its appendix) are noted per field.
     """
+
+    #: Learns from replay: the config refuses it with several learner processes before
+    #: any process starts (``jaxsrl/experiment/modes.py``, mode ``off-policy agent``).
+    OFF_POLICY: ClassVar[bool] = True
 
     learning_rate: float = 2.5e-4
     """Adam step size (CleanRL's DQN; Ape-X: 0.00025 / 4 with centred RMSProp)."""

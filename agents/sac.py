@@ -24,7 +24,7 @@ policy is a tanh-squashed Gaussian rescaled to the ``Box`` (``agents/squashed_ga
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Optional
+from typing import ClassVar, NamedTuple, Optional
 
 import chex
 import jax
@@ -44,6 +44,10 @@ __all__ = ["AGENT", "SACConfig", "SACState", "make"]
 class SACConfig:
     """SAC hyperparameters (flags ``--sac.<name>``); defaults are CleanRL's
     ``sac_continuous_action.py`` (its ``Args``, ``Actor`` and ``SoftQNetwork``)."""
+
+    #: Learns from replay: the config refuses it with several learner processes before
+    #: any process starts (``jaxsrl/experiment/modes.py``, mode ``off-policy agent``).
+    OFF_POLICY: ClassVar[bool] = True
 
     policy_lr: float = 3e-4
     """Adam step size of the actor."""

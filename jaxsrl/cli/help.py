@@ -22,27 +22,12 @@ from jaxsrl.cli.field_docs import field_docs
 from jaxsrl.core.paths import CONFIG_DIR
 from jaxsrl.experiment import config_layers as layers
 from jaxsrl.experiment.run_dir import RunDir
+from jaxsrl.experiment.sections import SECTIONS
 
-#: Group title -> the run fields shown in it, in order. A dataclass-valued field (``pbt``,
+#: Group title -> the run fields shown in it, in order: the config's sections
+#: (:data:`jaxsrl.experiment.sections.SECTIONS`). A dataclass-valued field (``pbt``,
 #: ``opponents``) stands for its own fields, ``--<field>.<name>``.
-GROUPS: dict[str, tuple[str, ...]] = {
-    "run": ("agent", "env", "env_kwargs", "total_env_steps", "seed", "target_return",
-            "launcher", "on_nonfinite", "compilation_cache_dir", "dataflow"),
-    "actors": ("num_actors", "envs_per_actor", "ring_size", "clip_actions", "actor_timeout_s",
-               "actor_heartbeat_timeout_s", "max_actor_restarts"),
-    "inference": ("inference", "inference_servers", "remote_inference", "inference_deadline_ms",
-                  "param_publish_interval_s", "inference_failover_s", "max_server_restarts"),
-    "learner": ("segment_length", "batch_segments", "max_staleness", "num_learner_processes",
-                "coordinator_address", "spawn_learner_processes"),
-    "run folder, metrics and checkpoints": ("logdir", "resume", "overwrite", "log_interval_s",
-                                            "checkpoint_interval_s", "keep_checkpoints",
-                                            "save_replay"),
-    "evaluation": ("eval_every", "eval_episodes"),
-    "network and cluster": ("host", "curve", "ray_address", "actor_cpus", "learner_cpus",
-                            "learner_gpus", "actor_resources", "learner_resources"),
-    "population-based training": ("population", "pbt"),
-    "self-play opponents": ("opponents",),
-}
+GROUPS: dict[str, tuple[str, ...]] = {s.title: s.fields for s in SECTIONS}
 
 #: Where the agent's hyperparameters go (after this group).
 AGENT_GROUP_AFTER = "learner"
@@ -51,7 +36,15 @@ AGENT_GROUP_AFTER = "learner"
 EXTRA = {"run": [("--config FILE",
                   "A TOML file layered over configs/<env>.toml, repeatable: top-level keys "
                   "set run fields, the [<agent>] table the agent's hyperparameters, "
-                  "[env_kwargs] and [dataflow] those fields.", None)]}
+                  "[env_kwargs] and [dataflow] those fields; a section's table "
+                  "([inference], [actors], ...) sets its flags by name.", None)]}
+#: The same, shown after the group's fields.
+EXTRA_AFTER = {"inference": [
+    ("--remote_inference, --no_remote_inference",
+     "Older spelling of --inference=process (--no_: thread where it was process).", None),
+    ("--inline_inference, --no_inline_inference",
+     "Older spelling of --inference=inline (--no_: thread); --inference=server is thread too.",
+     None)]}
 
 #: How a field that is not a plain flag is given.
 SPECIAL = {"env_kwargs": "--env_kwargs.KEY=VALUE",
@@ -129,6 +122,7 @@ def _groups(cfg: Any) -> list[tuple[str, list[tuple[str, str, str | None]]]]:
                 entries += _entries(value, f"{name}.")
             else:
                 entries.append(_entry(cls, name, value, docs.get(name, ""), ""))
+        entries += EXTRA_AFTER.get(title, [])
         groups.append((title, entries))
         if title == AGENT_GROUP_AFTER:
             agent = cfg.agent_config()

@@ -17,30 +17,37 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
 import sys
-from typing import Annotated, Any, ClassVar, Literal, Optional, Sequence
+import types
+from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional, Sequence
 
 import tyro
 
 from agents import AGENTS, get_agent
 from jaxsrl.envs import check_env_name
 from jaxsrl.experiment import config_layers as layers
-from jaxsrl.experiment import inline as inline_lib
+from jaxsrl.experiment import modes
 from jaxsrl.experiment import population as population_lib
+from jaxsrl.experiment import sections
 from jaxsrl.experiment import selfplay as selfplay_lib
 from jaxsrl.experiment import switches
 from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
-from jaxsrl.experiment.ray_resources import parse_resources
-from jaxsrl.streams.security import check_curve_available
 from jaxsrl.experiment.run_dir import RunDir
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """Everything about a run except the agent's hyperparameters."""
+    """Everything about a run except the agent's hyperparameters.
+
+    Fields are flat (each is a flag ``--<field>`` and a top-level TOML key); the section
+    each belongs to, and the checks of its values, are
+    :data:`jaxsrl.experiment.sections.SECTIONS`; refused pairs of modes are the table of
+    :mod:`jaxsrl.experiment.modes`. :meth:`validate` runs both once per config object.
+    """
 
     #: Name of the field holding the agent's hyperparameters (``Agent.name``; set by
     #: :func:`config_class`). It differs from ``agent`` for ``module:OBJ`` agents.
@@ -78,27 +85,27 @@ class RunConfig:
     inference_servers: int = 1
     """Inference servers of the default dataflow; the k-th actor uses server k % N (a
     ``[dataflow]`` table sets ``count`` per policy worker instead)."""
-    remote_inference: bool = False
-    """Run each inference server in its own process (placed like actors), fed parameters
-    over ZeroMQ PUB/SUB; False: threads of the learner process reading them on device."""
-    inference: Literal["auto", "server", "inline"] = "auto"
-    """Where actors get their actions. ``server``: inference servers batch every actor's
-    requests (threads of the learner process; ``--remote_inference``: processes);
-    ``inline``: each actor process runs ``act`` itself with parameters from the learner's
-    PUB/SUB parameter stream (SRL's inline inference; ``--inline_inference`` is the same);
-    ``auto``: inline on a machine whose learner has no accelerator, where the run allows
-    it (:func:`jaxsrl.experiment.inline.auto_mode`), else server. The run's
+    inference: Literal["auto", "thread", "process", "inline"] = "auto"
+    """Where actors get their actions. ``thread``: inference servers batch every actor's
+    requests, as threads of the learner process reading parameters on device;
+    ``process``: each server runs in its own process (placed like actors), fed
+    parameters over ZeroMQ PUB/SUB; ``inline``: each actor process runs ``act`` itself
+    with parameters from the learner's PUB/SUB parameter stream (SRL's inline
+    inference); ``auto``: inline on a machine whose learner has no accelerator, where
+    the run allows it (:func:`jaxsrl.experiment.inline.auto_mode`), else thread. Older
+    spellings still work: ``--remote_inference`` is ``process``, ``--inline_inference``
+    ``inline``, ``server`` ``thread`` (:mod:`jaxsrl.experiment.modes`). The run's
     ``config.json`` records the mode as given and, as ``inference_resolved``, the mode it
     ran; a ``--resume`` resolves ``auto`` again (``docs/architecture.md``, "Inline
     inference"; ``docs/reliability.md``, "Seams: resume")."""
     param_publish_interval_s: float = 0.0
-    """--remote_inference or --inline_inference: least seconds between two parameter
-    versions sent to the servers or actors (0: every version)."""
+    """--inference=process or inline: least seconds between two parameter versions sent
+    to the servers or actors (0: every version)."""
     inference_failover_s: float = 5.0
-    """--remote_inference: an actor whose server leaves a request unanswered this long
+    """--inference=process: an actor whose server leaves a request unanswered this long
     re-sends it to the next server of its stream."""
     max_server_restarts: int = 5
-    """--remote_inference: dead remote inference servers are restarted (same port) up to
+    """--inference=process: dead remote inference servers are restarted (same port) up to
     this many times per run (all servers together), then the run stops."""
     seed: int = 0
     """Seed of parameters, learner RNG and environments."""
@@ -220,7 +227,29 @@ class RunConfig:
         resolved when the run starts, :func:`jaxsrl.experiment.inline.auto_mode`)."""
         return self.inference == "inline"
 
-    def get_dataflow(self) -> Dataflow:
+    @property
+    def remote_inference(self) -> bool:
+        """Each inference server is a process of its own: ``inference`` is ``"process"``."""
+        return self.inference == "process"
+
+    def section(self, name: str) -> Mapping[str, Any]:
+        """Read-only view ``{field: value}`` of section ``name`` (``"inference"``, ...;
+        :data:`jaxsrl.experiment.sections.SECTIONS`).
+
+        Raises:
+          KeyError: no section of that name.
+        """
+        if name not in sections.BY_NAME:
+            raise KeyError(f"no config section {name!r}; valid: {', '.join(sections.BY_NAME)}")
+        return types.MappingProxyType({f: getattr(self, f) for f in sections.BY_NAME[name].fields})
+
+    @functools.cached_property
+    def flow(self) -> Dataflow:
+        """The run's worker graph, parsed and checked once per config object.
+
+        Raises:
+          ValueError: a malformed ``[dataflow]`` table.
+        """
         if self.population:
             flow = population_lib.population_dataflow(self.population, self.num_actors,
                                                       self.inference_servers)
@@ -231,141 +260,37 @@ class RunConfig:
         flow.validate()
         return flow
 
+    def get_dataflow(self) -> Dataflow:
+        """:attr:`flow` (parsed once)."""
+        return self.flow
+
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
-        positive = ["total_env_steps", "num_actors", "inference_servers", "envs_per_actor",
-                    "ring_size", "segment_length", "batch_segments", "keep_checkpoints", "eval_episodes"]
-        for name in positive:
-            value = getattr(self, name)
-            if value <= 0:
-                raise ValueError(f"{name}={value} must be positive")
-        if self.envs_per_actor % self.ring_size:
-            raise ValueError(f"envs_per_actor={self.envs_per_actor} must be divisible by "
-                             f"ring_size={self.ring_size}")
-        for name in ("max_staleness", "max_actor_restarts", "inference_deadline_ms", "eval_every",
-                     "actor_heartbeat_timeout_s", "param_publish_interval_s", "max_server_restarts"):
-            value = getattr(self, name)
-            if not value >= 0:
-                raise ValueError(f"{name}={value} must be >= 0")
-        for name in ("log_interval_s", "actor_timeout_s", "checkpoint_interval_s",
-                     "inference_failover_s"):
-            value = getattr(self, name)
-            if not value > 0:
-                raise ValueError(f"{name}={value} must be > 0")
-        if self.on_nonfinite not in ("drop", "raise"):
-            raise ValueError(f"on_nonfinite={self.on_nonfinite!r} must be 'drop' or 'raise'")
-        if not self.host:
-            raise ValueError("host='' must name an interface, e.g. 127.0.0.1")
-        if self.launcher not in ("local", "ray", "serial"):
-            raise ValueError(f"launcher={self.launcher!r} must be 'local', 'ray' or 'serial'")
-        if self.ray_address and self.launcher != "ray":
-            raise ValueError(f"ray_address={self.ray_address!r} needs --launcher=ray")
-        for name in ("actor_cpus", "learner_cpus", "learner_gpus"):
-            value = getattr(self, name)
-            if not value >= 0:
-                raise ValueError(f"{name}={value} must be >= 0")
-        for name in ("actor_resources", "learner_resources"):
-            if getattr(self, name):
-                if self.launcher != "ray":
-                    raise ValueError(f"{name}={getattr(self, name)!r} needs --launcher=ray")
-                parse_resources(getattr(self, name), name)
-        if self.resume and self.overwrite:
-            raise ValueError("--resume and --overwrite contradict each other: continue the run "
-                             "in --logdir or replace it, not both")
-        if self.curve:
-            check_curve_available()
-        agent_cfg = getattr(self, self.agent_field or self.agent, None)
-        minibatches = getattr(agent_cfg, "num_minibatches", 1)
-        rows = self.batch_segments * self.segment_length
-        if not isinstance(minibatches, int) or minibatches <= 0 or rows % minibatches:
-            raise ValueError(f"{self.agent_field or self.agent}.num_minibatches={minibatches} must be a positive divisor "
-                             f"of batch_segments*segment_length={self.batch_segments}*"
-                             f"{self.segment_length}={rows}")
-        steps = self.num_updates() * minibatches * getattr(agent_cfg, "num_epochs", 1)
-        if steps >= 2**31:
-            raise ValueError(f"total_env_steps={self.total_env_steps} plans {steps:,} optimiser steps; "
-                             f"learning-rate schedules count in int32 (< 2**31): lower it")
-        if self.dataflow and self.inference_servers != 1:
-            raise ValueError(f"inference_servers={self.inference_servers} applies to the default "
-                             "dataflow only; with a [dataflow] table set count on its policy_workers")
-        if self.remote_inference and self.inference_failover_s >= self.actor_timeout_s:
-            raise ValueError(f"inference_failover_s={self.inference_failover_s} must be below "
-                             f"actor_timeout_s={self.actor_timeout_s} (an actor tries the next "
-                             "server before it gives up)")
-        population_lib.check(self)
-        flow = self.get_dataflow()
-        selfplay_lib.check(self, flow)
-        inline_lib.check(self, flow)
-        for worker in flow.policy_workers:
-            if worker.launch_prefix and not self.remote_inference:
-                raise ValueError(f"policy worker {worker.name!r} has a launch_prefix, which needs "
-                                 "--remote_inference (local servers are threads of the learner)")
-        for group in flow.actors:
-            if not isinstance(group.count, int) or group.count <= 0:
-                raise ValueError(f"actor group {group.name!r}: count={group.count} must be positive")
-            envs = group.envs_per_actor or self.envs_per_actor
-            if not isinstance(envs, int) or envs < 0 or envs % self.ring_size:
-                raise ValueError(f"actor group {group.name!r}: envs_per_actor={envs} must be a "
-                                 f"positive multiple of ring_size={self.ring_size}")
-        self._check_serial(flow)
-        self._check_learner_processes(flow)
+        """Raise ``ValueError`` naming the first impossible value: each section's checks
+        (:data:`~jaxsrl.experiment.sections.SECTIONS`), the refused mode pairs
+        (:data:`~jaxsrl.experiment.modes.REFUSED`), the dataflow against the sections'
+        values, the agent's own.
+        Runs once per config object (a changed copy, ``dataclasses.replace``, runs again)."""
+        if self.__dict__.get("_validated"):
+            return
+        for section in sections.SECTIONS:
+            section.check(self)
+        modes.check(self, self.flow)
+        sections.check_graph(self, self.flow)
         agent_validate = getattr(self.agent_config(), "validate", None)
         if agent_validate is not None:  # the agent's own hyperparameter checks
             agent_validate()
-
-    def _check_learner_processes(self, flow: Dataflow) -> None:
-        n = self.num_learner_processes
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"num_learner_processes={n!r} must be a positive integer")
-        host, _, port = self.coordinator_address.rpartition(":")
-        if self.coordinator_address and not (host and port.isdigit() and 0 < int(port) < 65536):
-            raise ValueError(f"coordinator_address={self.coordinator_address!r} must be host:port")
-        if n == 1:
-            return
-        if self.batch_segments % n:
-            raise ValueError(f"batch_segments={self.batch_segments} must be divisible by "
-                             f"num_learner_processes={n} (each takes an equal share)")
-        if len(flow.trainers) != 1:
-            raise ValueError(f"num_learner_processes={n} needs a dataflow with one trainer, "
-                             f"not {len(flow.trainers)}")
-        actors = sum(group.count for group in flow.actors)
-        if actors < n:
-            raise ValueError(f"num_learner_processes={n} needs at least {n} actors (each learner "
-                             f"process is fed by its own), not {actors}")
-        if self.curve:
-            raise ValueError("--curve is not supported with num_learner_processes > 1 yet")
-
-
-    def _check_serial(self, flow: Dataflow) -> None:
-        """--launcher=serial runs every worker in this process: refuse what needs another."""
-        if self.launcher != "serial":
-            return
-        why = {"remote_inference": "it runs inference servers as processes",
-               "num_learner_processes": "it starts learner processes",
-               "coordinator_address": "it joins learner processes",
-               "curve": "actors get their CURVE keys through their process environment",
-               "eval_every": "periodic evaluation runs in its own process"}
-        used = {"remote_inference": self.remote_inference, "curve": self.curve,
-                "num_learner_processes": self.num_learner_processes > 1,
-                "coordinator_address": bool(self.coordinator_address), "eval_every": self.eval_every > 0}
-        for name, on in used.items():
-            if on:
-                raise ValueError(f"{name}={getattr(self, name)!r} does not work with "
-                                 f"--launcher=serial (one process): {why[name]}")
-        for group in flow.actors:
-            if group.launch_prefix:
-                raise ValueError(f"actor group {group.name!r} has a launch_prefix, which "
-                                 "--launcher=serial cannot run (its actors are threads)")
+        self.__dict__["_validated"] = True  # a frozen dataclass: not a field, not compared
 
 
 def config_class(agent_name: str, agent_config_cls: type) -> type:
     """The frozen dataclass of a run with agent ``agent_name`` (field of that name).
 
     Raises:
-      ValueError: ``agent_name`` is also the name of a run field.
+      ValueError: ``agent_name`` is also the name of a run field or section.
     """
-    if agent_name in {f.name for f in dataclasses.fields(RunConfig)}:
-        raise ValueError(f"Agent.name={agent_name!r} is taken by a run field: rename the agent")
+    if agent_name in {f.name for f in dataclasses.fields(RunConfig)} | set(sections.BY_NAME):
+        raise ValueError(f"Agent.name={agent_name!r} is taken by a run field or section: "
+                         "rename the agent")
     return dataclasses.make_dataclass(
         "TrainConfig", [(agent_name, agent_config_cls, dataclasses.field(default_factory=agent_config_cls))],
         bases=(RunConfig,), frozen=True, namespace={"agent_field": agent_name})
@@ -421,8 +346,8 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
     agent = get_agent(known.agent, agents)
     check_env_name(known.env)
     cls = config_class(agent.name, agent.config_cls)
+    rest, inference_flags = modes.split_inference_flags(rest)  # --remote_inference, ...
     rest = switches.normalize(rest, switches.switch_names(cls))  # --x=false -> --no_x
-    rest = [inline_lib.FLAG_ALIASES.get(a, a) for a in rest]  # --inline_inference
     cfg = cls(agent=known.agent, env=known.env)
     for path in known.config:
         if not os.path.isfile(path):
@@ -430,7 +355,7 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
     if saved is not None:
         known_keys = {f.name for f in dataclasses.fields(cls)} - {"agent", "env", "logdir", "resume",
                                                                     "overwrite"}
-        saved = inline_lib.saved_mode(inline_lib.legacy_key(saved, RunDir(known.logdir).config_path))
+        saved = modes.current_record(saved, RunDir(known.logdir).config_path)  # older keys
         fields = {k: v for k, v in saved.items() if k in known_keys}  # older/newer keys: skipped
         cfg = layers.apply_table(cfg, fields, RunDir(known.logdir).config_path)
     else:
@@ -440,6 +365,9 @@ def load_config(args: Sequence[str] | None = None, agents: dict | None = None) -
                 cfg = layers.apply_file(cfg, path)
     for path in known.config:
         cfg = layers.apply_file(cfg, path)
+    if inference_flags:
+        cfg = dataclasses.replace(cfg, inference=modes.resolve_inference(
+            cfg.inference, inference_flags, modes.CLI))
     cfg = tyro.cli(cls, default=cfg, args=list(rest) + ["--agent", known.agent, "--env", known.env],
                    use_underscores=True, prog="train.py", description=help_text(agents))
     if env_kwargs:

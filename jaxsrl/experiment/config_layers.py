@@ -5,7 +5,12 @@
 ``--config`` file, then the flags. Each
 layer sets only the keys it names: run fields, the agent's ``[<agent>]`` table (field by
 field), tables of other dataclass-valued run fields such as ``[pbt]`` (field by field),
-``[env_kwargs]`` (merged key by key) and ``[dataflow]`` (replaces the graph).
+``[env_kwargs]`` (merged key by key), ``[dataflow]`` (replaces the graph), and the tables
+of the config's sections (``[inference]``, ``[actors]``, ...:
+:data:`jaxsrl.experiment.sections.SECTIONS`), whose keys are the section's flat fields
+(``[actors] num_actors = 4`` is ``num_actors = 4``; ``[inference] mode`` is ``inference``).
+The inference mode and its older keys (``remote_inference``, ``inline_inference``) are
+resolved per layer by :func:`jaxsrl.experiment.modes.resolve_inference`.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import os
 import tomllib
 from typing import Any, Sequence
 from jaxsrl.core.paths import CONFIG_DIR
-from jaxsrl.experiment import inline as inline_lib
+from jaxsrl.experiment import modes, sections
 
 
 ENV_KWARGS_FLAG = "--env_kwargs."
@@ -53,10 +58,13 @@ def apply_table(cfg: Any, data: dict, path: str) -> Any:
 
     Raises:
       ValueError: a key that is neither a run field nor a table; a key of the agent's
-        table that its config dataclass lacks (``path`` names the file).
+        table that its config dataclass lacks, or of a section's table that the section
+        lacks; a key set both at the top and in its section's table; contradicting
+        inference keys (``path`` names the file).
     """
     agent_name = cfg.agent_field or cfg.agent
-    data = inline_lib.legacy_key(data, path)  # inline_inference = true -> inference = "inline"
+    data = _flatten_sections(cfg, data, path)
+    data, inference = modes.inference_of_table(cfg.inference, data, path)
     run_fields = {f.name for f in dataclasses.fields(cfg)} - {agent_name, "agent", "env"}
     updates: dict[str, Any] = {}
     for key, value in data.items():
@@ -79,7 +87,43 @@ def apply_table(cfg: Any, data: dict, path: str) -> Any:
             continue  # another agent's table: ignored when running this agent
         else:
             raise ValueError(f"{path}: unknown config key {key!r}")
+    if inference is not None:
+        updates["inference"] = inference
     return dataclasses.replace(cfg, **updates)
+
+
+def _flatten_sections(cfg: Any, data: dict, path: str) -> dict:
+    """``data`` with each section table (``[inference]``, ``[actors]``, ...) that is not
+    also a dataclass-valued field (``[pbt]``, ``[opponents]``) or the agent's table
+    replaced by its keys at the top level.
+
+    Raises:
+      ValueError: a key the section lacks, or one also set at the top level.
+    """
+    agent_name = cfg.agent_field or cfg.agent
+    out: dict = {}
+    tables: list[tuple[str, dict]] = []
+    for key, value in data.items():
+        if (key in sections.BY_NAME and isinstance(value, dict) and key != agent_name
+                and not dataclasses.is_dataclass(getattr(cfg, key, None))):
+            tables.append((key, value))
+        else:
+            out[key] = value
+    for name, table in tables:
+        renames = sections.TABLE_KEYS.get(name, {})
+        valid = set(sections.BY_NAME[name].fields) | set(renames)
+        valid |= set(modes.ALIAS_KEYS) if name == "inference" else set()
+        valid -= set(renames.values())  # written under its table name ([inference] mode)
+        bad = sorted(set(table) - valid)
+        if bad:
+            raise ValueError(f"{path}: unknown [{name}] keys {bad}; valid: {sorted(valid)}")
+        for key, value in table.items():
+            key = renames.get(key, key)
+            if key in out:
+                raise ValueError(f"{path}: {key} is set both at the top level and in [{name}] "
+                                 "(keep one)")
+            out[key] = value
+    return out
 
 
 def _replace_fields(sub: Any, value: dict, where: str) -> Any:

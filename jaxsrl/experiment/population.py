@@ -142,9 +142,9 @@ def check(cfg: Any) -> None:
 
     Raises:
       ValueError: one line naming the bad value: ``population`` of 1 or below 0, a
-        ``[dataflow]`` table or several learner processes with it, a ``[pbt]`` search
-        space without ``--population``, two ready intervals, a bad or no search space
-        or PBT setting, or bad ``initial`` values.
+        ``[pbt]`` search space without ``--population``, two ready intervals, a bad or
+        no search space or PBT setting, or bad ``initial`` values (pairs with other
+        modes: :mod:`jaxsrl.experiment.modes`).
     """
     n, s = cfg.population, cfg.pbt
     if not isinstance(n, int) or n < 0 or n == 1:
@@ -156,12 +156,7 @@ def check(cfg: Any) -> None:
             raise ValueError("[pbt] sets a search space or initial values but population=0: "
                              "add --population=N (N >= 2)")
         return
-    if cfg.dataflow:
-        raise ValueError(f"population={n} builds its own dataflow (one actor group, inference "
-                         "server and trainer per member): drop the [dataflow] table")
-    if cfg.num_learner_processes != 1:
-        raise ValueError(f"population={n} needs num_learner_processes=1 (got "
-                         f"{cfg.num_learner_processes})")
+    # with a [dataflow] table or several learner processes: refused by jaxsrl.experiment.modes
     for name in ("ready_env_steps", "ready_versions"):
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

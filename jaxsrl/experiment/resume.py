@@ -38,7 +38,7 @@ import numpy as np
 from jaxsrl.experiment import checkpoint as ckpt_lib
 from jaxsrl.experiment import config as config_lib
 from jaxsrl.experiment import events
-from jaxsrl.experiment import inline as inline_lib
+from jaxsrl.experiment import modes
 from jaxsrl.experiment.agent_build import agent_config_from_dict
 from jaxsrl.experiment.run_dir import RunDir
 
@@ -154,7 +154,7 @@ def _structural_settings(cfg: Any, setup: Any, trainer: Any, stored: dict,
     agent's table that alone (on the run's saved agent config) gives a state unlike the
     stored one, plus the environment's settings if the saved agent config on the new
     spaces does; every change if neither explains it."""
-    saved = inline_lib.legacy_key(run.config_or_empty(), run.config_path)
+    saved = modes.current_record(run.config_or_empty(), run.config_path)
     changes = changed_settings(saved, config_lib.to_dict(cfg))
     field = cfg.agent_field or cfg.agent
     agent_cfg = cfg.agent_config()
@@ -235,7 +235,7 @@ def commit_config(logdir: str, record: dict) -> None:
     old = run.config_or_empty()
     if _plain(old) == _plain(record):
         return
-    changes = changed_settings(inline_lib.legacy_key(old, run.config_path), record)
+    changes = changed_settings(modes.current_record(old, run.config_path), record)
     kept = None
     if changes and os.path.exists(run.config_path):
         n = 1
@@ -279,8 +279,8 @@ def inference_reason(saved: Mapping, why: str) -> str:
     """The ``run_start`` line's inference reason ``why`` on resume, saying where the mode
     came from: ``auto`` resolved again (and what it ran before), or a ``config.json``
     older than the setting (that run had inference servers)."""
-    if "inference" not in saved and "inline_inference" not in saved and why == "server":
-        return "server (the run's config.json predates the inference setting: it ran inference servers)"
+    if "inference" not in saved and "inline_inference" not in saved and why in ("thread", "process"):
+        return f"{why} (the run's config.json predates the inference setting: it ran inference servers)"
     if saved.get("inference") == "auto" and saved.get("inference_resolved"):
         return f"{why}; resolved again on resume (it ran {saved['inference_resolved']} before)"
     return why

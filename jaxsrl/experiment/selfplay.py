@@ -70,13 +70,12 @@ def team_policies(flow: Any) -> list[str]:
                    if team is not None and sample == t.sample_stream})
 
 
-def check(cfg: Any, flow: Any) -> None:
-    """Check the ``[opponents]`` settings of run config ``cfg`` with dataflow ``flow``.
+def check(cfg: Any) -> None:
+    """Check the ``[opponents]`` settings of run config ``cfg`` (pairs with other modes:
+    :mod:`jaxsrl.experiment.modes`; the teams they need: :func:`check_teams`).
 
     Raises:
-      ValueError: one line naming the bad value: a bad setting, or pools asked of a
-        run they cannot work in (not two team policies in every actor group, remote
-        inference servers, several learner processes, a population).
+      ValueError: one line naming the bad value.
     """
     s = cfg.opponents
     if not isinstance(s, OpponentSettings):
@@ -91,6 +90,14 @@ def check(cfg: Any, flow: Any) -> None:
         raise ValueError(f"opponents.rating_model={s.rating_model!r}; valid: {', '.join(MODELS)}")
     if not s.save_interval_s > 0:
         raise ValueError(f"opponents.save_interval_s={s.save_interval_s!r} must be > 0")
+
+
+def check_teams(cfg: Any, flow: Any) -> None:
+    """Refuse opponent pools of a run whose dataflow ``flow`` does not have two team
+    policies in every actor group (``ValueError``, one line)."""
+    if not cfg.opponents.enabled:
+        return
+    k = cfg.opponents.snapshot_every
     for group in flow.actors:
         policies = {t.policy for t in flow.trainers for team, _, sample in group.bindings()
                     if sample == t.sample_stream and team is not None}
@@ -98,10 +105,3 @@ def check(cfg: Any, flow: Any) -> None:
             raise ValueError(f"opponents.snapshot_every={k}: actor group {group.name!r} needs a "
                              "teams table of two teams with a policy each (e.g. "
                              "configs/hide_and_seek_teams.toml)")
-    why = {"remote_inference": cfg.remote_inference, "population": bool(cfg.population),
-           "num_learner_processes": cfg.num_learner_processes != 1}
-    for name, bad in why.items():
-        if bad:
-            raise ValueError(f"opponents.snapshot_every={k} does not work with "
-                             f"{name}={getattr(cfg, name)!r} (snapshots are served by local "
-                             "inference servers of one learner process)")

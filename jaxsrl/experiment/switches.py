@@ -13,8 +13,6 @@ import dataclasses
 import typing
 from typing import Sequence
 
-from jaxsrl.experiment.inline import FLAG_ALIASES
-
 #: Accepted values of a switch (compared lower-case).
 WORDS = {"true": True, "false": False, "1": True, "0": False}
 
@@ -48,7 +46,7 @@ def normalize(args: Sequence[str], switches: set[str]) -> list[str]:
         how to write it.
     """
     flags: dict[str, tuple[str, str, bool]] = {}
-    for name in set(switches) | {a.removeprefix("--") for a in FLAG_ALIASES if "no_" not in a}:
+    for name in switches:
         head, dot, leaf = name.rpartition(".")
         yes, no = f"--{name}", f"--{head}{dot}no_{leaf}"
         flags[yes] = (yes, no, True)

@@ -38,6 +38,7 @@ from jaxsrl.experiment import run_dir as run_folder
 from jaxsrl.experiment.agent_build import factory_of_run
 from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
+from jaxsrl.experiment import modes
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.parallel import devices
 from jaxsrl.parallel.compile_cache import enable_compilation_cache
@@ -48,21 +49,10 @@ log = logging.getLogger("jaxsrl")
 
 
 def check_config(cfg: Any) -> None:
-    """Raise ``ValueError`` naming the first setting device actors cannot run."""
-    refused = [
-        (cfg.launcher == "ray", "--launcher=ray"),
-        (cfg.num_learner_processes > 1, "--num_learner_processes > 1"),
-        (bool(cfg.population), "--population"),
-        (bool(cfg.dataflow), "a [dataflow] table"),
-        (cfg.remote_inference, "--remote_inference"),
-        (cfg.inference != "auto", f"--inference={cfg.inference}"),
-        (cfg.eval_every > 0, "--eval_every (evaluation steps Gymnasium envs only)"),
-        (cfg.opponents.snapshot_every > 0, "self-play opponents"),
-    ]
-    for bad, what in refused:
-        if bad:
-            raise ValueError(f"--env={cfg.env} runs on device actors, which do not support "
-                             f"{what} yet (docs/device_actors.md)")
+    """Raise ``ValueError`` naming the first setting device actors cannot run (rows
+    ``device actors`` of :data:`jaxsrl.experiment.modes.REFUSED`; ``cfg.validate`` ran
+    them already)."""
+    modes.check(cfg, cfg.get_dataflow())
 
 
 def train(cfg: Any, logdir: str) -> dict:

@@ -69,9 +69,9 @@ def test_auto_keeps_the_server_where_inline_does_not_fit(tmp_path):
     train(load_config(SMALL + ["--inference=auto", "--inference_deadline_ms=1",
                                "--total_env_steps=3000", f"--logdir={logdir}"]))
     saved = RunDir(logdir).read_config()
-    assert (saved["inference"], saved["inference_resolved"]) == ("auto", "server")
+    assert (saved["inference"], saved["inference_resolved"]) == ("auto", "thread")
     (start,) = RunDir(logdir).read_events("run_start")
-    assert start["inference"] == "server"
+    assert start["inference"] == "thread"
     assert any("inference/batches" in r for r in _intervals(logdir))
 
 

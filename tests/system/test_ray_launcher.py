@@ -119,7 +119,7 @@ def test_config_checks_of_ray_fields():
     assert (cfg.launcher, cfg.ray_address, cfg.actor_cpus, cfg.learner_gpus) == (
         "ray", "head-node:6379", 0.5, 1.0)
     assert load_config([]).launcher == "local"
-    with pytest.raises(ValueError, match="ray_address='x:1' needs --launcher=ray"):
+    with pytest.raises(ValueError, match="--ray_address=x:1 needs --launcher=ray"):
         load_config(["--ray_address=x:1"])
     with pytest.raises(ValueError, match="actor_cpus=-1.0 must be >= 0"):
         load_config(["--launcher=ray", "--actor_cpus=-1"])

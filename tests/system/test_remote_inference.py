@@ -185,9 +185,9 @@ policy_workers = [
 ]
 trainers = [{name = "t", sample_stream = "smp", policy = "p"}]
 """)
-    with pytest.raises(ValueError, match="launch_prefix, which needs --remote_inference"):
+    with pytest.raises(ValueError, match="the launch_prefix of policy worker 's' needs --inference=process"):
         load_config([f"--config={toml}"])
-    with pytest.raises(ValueError, match="applies to the default dataflow only"):
+    with pytest.raises(ValueError, match="--inference_servers=2 does not work with a \\[dataflow\\] table"):
         load_config([f"--config={toml}", "--remote_inference", "--inference_servers=2"])
     assert load_config([f"--config={toml}", "--remote_inference"]).get_dataflow().policy_workers[0].count == 2
 

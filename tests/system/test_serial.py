@@ -77,15 +77,6 @@ def test_serial_cartpole_learns_in_one_process(tmp_path):
     assert wait_for(lambda: not _live_actor_threads(), 30, "the actor threads to end")
 
 
-def test_a_serial_run_spawns_no_child_process(tmp_path):
-    cfg = load_config(small_args(str(tmp_path / "run"), SERIAL, "--total_env_steps=4000"))
-    with ChildWatch() as watch:
-        record = train(cfg)
-    assert record["env_steps"] >= 4000
-    assert watch.new == set() and watch.actor_threads
-    assert wait_for(lambda: not _live_actor_threads(), 30, "the actor threads to end")
-
-
 @pytest.mark.parametrize("graph, policies, actors", [(TWO_POLICIES, ["a", "b"], 2),
                                                      (TWO_SERVERS_ONE_LEARNER, ["shared"], 3)])
 def test_non_trivial_dataflow_graphs_run_serially(tmp_path, graph, policies, actors):
@@ -106,30 +97,8 @@ def test_non_trivial_dataflow_graphs_run_serially(tmp_path, graph, policies, act
     assert wait_for(lambda: not _live_actor_threads(), 30, "the actor threads to end")
 
 
-@pytest.mark.parametrize("flags, match", [
-    (["--remote_inference"], r"remote_inference=True does not work with --launcher=serial"),
-    (["--num_learner_processes=2"], r"num_learner_processes=2 does not work with --launcher=serial"),
-    (["--coordinator_address=10.0.0.1:6123"], r"coordinator_address='10.0.0.1:6123' does not work"),
-    (["--curve"], r"curve=True does not work with --launcher=serial"),
-    (["--eval_every=5"], r"eval_every=5 does not work with --launcher=serial"),
-    (["--ray_address=auto"], r"ray_address='auto' needs --launcher=ray"),
-])
-def test_options_that_need_processes_are_one_line_errors(flags, match):
-    with pytest.raises(ValueError, match=match) as info:
-        load_config([SERIAL, "--env=CartPole-v1", *flags])
-    assert "\n" not in str(info.value)
-
-
-def test_launch_prefix_is_a_one_line_error(tmp_path):
-    toml = tmp_path / "prefix.toml"
-    toml.write_text('[dataflow]\nactors = [{name = "far", count = 1, inference_stream = "inference", '
-                    'sample_stream = "samples", launch_prefix = ["ip", "netns", "exec", "h1"]}]\n'
-                    'policy_workers = [{name = "policy", inference_stream = "inference", '
-                    'policy = "default"}]\ntrainers = [{name = "trainer", sample_stream = "samples", '
-                    'policy = "default"}]\n')
-    with pytest.raises(ValueError, match=r"actor group 'far' has a launch_prefix, which "
-                                         r"--launcher=serial cannot run"):
-        load_config([SERIAL, "--env=CartPole-v1", f"--config={toml}"])
+# Options that need other processes: rows of the refusal table, walked by
+# tests/unit/test_modes.py (and the mode-pair tier, tests/system/test_mode_pairs.py).
 
 
 def test_serial_mode_takes_no_spawner(tmp_path):

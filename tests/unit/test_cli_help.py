@@ -109,7 +109,8 @@ def test_run_and_other_agents_switches_take_values():
     assert parse(["--no_clip_actions"]).clip_actions is False
     assert parse(["--clip_actions=1"]).clip_actions is True
     assert parse(["--inline_inference=true"]).inference == "inline"
-    assert parse(["--inline_inference=false"]).inference == "server"
+    assert parse(["--inline_inference=false"]).inference == "thread"
+    assert parse(["--remote_inference=true"]).inference == "process"
     assert parse(["--agent=dqn", "--dqn.double=false"]).dqn.double is False
 
 

@@ -32,7 +32,7 @@ def test_config_fields():
                        "--learner_resources=learner_node=1"])
     assert (cfg.actor_resources, cfg.learner_resources) == ("actor_node=1", "learner_node=1")
     assert load_config([]).actor_resources == ""
-    with pytest.raises(ValueError, match="actor_resources='actor_node=1' needs --launcher=ray"):
+    with pytest.raises(ValueError, match="--actor_resources=actor_node=1 needs --launcher=ray"):
         load_config(["--actor_resources=actor_node=1"])
     with pytest.raises(ValueError, match="learner_resources='x': 'x' must be NAME=AMOUNT"):
         load_config(["--launcher=ray", "--learner_resources=x"])

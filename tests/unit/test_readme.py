@@ -6,7 +6,7 @@ the agent's config dataclass (``--<agent>.<field>``), nested dataclasses as
 ``--<field>.<subfield>``, ``--no_<field>`` for booleans (tyro's negation), less the
 fields tyro is told to suppress, plus the flags the pre-parser takes (``--agent``,
 ``--env``, ``--config``, ``--logdir``, ``--resume``), ``--env_kwargs.<key>`` and the
-aliases of ``jaxsrl.experiment.inline.FLAG_ALIASES``.
+aliases of ``jaxsrl.experiment.modes.ALIAS_FLAGS``.
 """
 
 import dataclasses
@@ -20,7 +20,7 @@ import tyro
 
 from agents import AGENTS
 from jaxsrl.experiment.config import RunConfig
-from jaxsrl.experiment.inline import FLAG_ALIASES
+from jaxsrl.experiment.modes import ALIAS_FLAGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PRE_PARSER = {"--agent", "--env", "--config", "--logdir", "--resume", "--help", "-h"}
@@ -48,7 +48,7 @@ def dataclass_flags(cls: type, prefix: str = "") -> set[str]:
 def train_flags(agent: str | None) -> set[str]:
     """The flags of ``train.py --agent=<agent>`` (``None``: any built-in agent's)."""
     names = sorted(AGENTS) if agent is None else [agent]
-    flags = dataclass_flags(RunConfig) | PRE_PARSER | set(FLAG_ALIASES)
+    flags = dataclass_flags(RunConfig) | PRE_PARSER | set(ALIAS_FLAGS)
     for name in names:
         flags |= dataclass_flags(AGENTS[name].config_cls, f"{name}.")
     return flags

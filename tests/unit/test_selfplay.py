@@ -198,7 +198,8 @@ def test_opponent_settings_load_and_bad_values_name_themselves(tmp_path):
              (["--opponents.sampling=best"], "opponents.sampling='best'"),
              (["--opponents.snapshot_every=-1"], "opponents.snapshot_every=-1"),
              (["--opponents.rating_model=elo"], "opponents.rating_model='elo'"),
-             (["--remote_inference"], "remote_inference=True")]
+             (["--remote_inference"], "--opponents.snapshot_every=3 does not work with "
+                                      "--inference=process")]
     for flags, match in cases:
         with pytest.raises(ValueError, match=match.replace(".", r"\.").replace("(", r"\(")):
             load_config(["--env=hide_and_seek", f"--config={TEAMS}", f"--config={good}", *flags])
