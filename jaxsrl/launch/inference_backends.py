@@ -6,7 +6,7 @@ inference mode on the launch side:
 * :class:`ThreadServers`: local policy workers
   (:class:`~jaxsrl.workers.inference.policy.PolicyWorker`), threads of the learner process;
 * :class:`ProcessServers`: remote inference server processes, started, fed and restarted
-  by :class:`~jaxsrl.launch.remote_inference.RemoteInferenceServers` (``--remote_inference``);
+  by :class:`~jaxsrl.launch.remote_inference.RemoteInferenceServers` (``--inference=process``);
 * :class:`InlineBackend`: the actors act themselves
   (:mod:`jaxsrl.workers.inline`); the learner publishes parameters to them and collects
   their status (:class:`~jaxsrl.launch.inline_params.InlineParameters`).
@@ -62,13 +62,17 @@ class InferenceBackend(Protocol):
 
 
 def inference_backend(cfg: Any) -> InferenceBackend:
-    """The run's inference backend, picked from ``cfg`` (``inference="auto"`` already
-    resolved): inline, remote processes, or local threads."""
-    if cfg.inline_inference:
-        return InlineBackend()
-    if cfg.remote_inference:
-        return ProcessServers()
-    return ThreadServers()
+    """The run's inference backend, picked from ``cfg.inference`` (``"auto"`` already
+    resolved by :func:`jaxsrl.experiment.inline.auto_mode`).
+
+    Raises:
+      ValueError: ``cfg.inference`` is still ``"auto"`` or not a mode.
+    """
+    backends = {"inline": InlineBackend, "process": ProcessServers, "thread": ThreadServers}
+    if cfg.inference not in backends:
+        raise ValueError(f"inference={cfg.inference!r} is not resolved to one of "
+                         f"{sorted(backends)}")
+    return backends[cfg.inference]()
 
 
 def stream_rows(run: "Run", setup: Any) -> dict[str, int]:

@@ -4,6 +4,8 @@ picked in one place (jaxsrl/launch/inference_backends.py)."""
 import json
 import threading
 
+import pytest
+
 from jaxsrl.bench.inference import actor_spec as bench_actor_spec
 from jaxsrl.experiment.config import RunConfig
 from jaxsrl.launch import specs
@@ -45,9 +47,10 @@ def test_actor_spec_matches_what_the_actor_reads_and_leaves_the_run_id_to_each_s
 
 def test_the_backend_is_picked_from_the_config():
     assert isinstance(inference_backend(RunConfig(inference="inline")), InlineBackend)
-    assert isinstance(inference_backend(RunConfig(inference="server", remote_inference=True)),
-                      ProcessServers)
-    assert isinstance(inference_backend(RunConfig(inference="server")), ThreadServers)
+    assert isinstance(inference_backend(RunConfig(inference="process")), ProcessServers)
+    assert isinstance(inference_backend(RunConfig(inference="thread")), ThreadServers)
+    with pytest.raises(ValueError, match="'auto' is not resolved"):
+        inference_backend(RunConfig(inference="auto"))
 
 
 class _Server:
