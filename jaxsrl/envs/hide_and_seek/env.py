@@ -34,7 +34,8 @@ from jaxsrl.envs.hide_and_seek.guard import GuardedStep
 from jaxsrl.envs.hide_and_seek.layout import Layout, generate_layout
 from jaxsrl.envs.hide_and_seek.manipulation import HIDER, Manipulation
 from jaxsrl.envs.hide_and_seek.observations import ObservationBuilder, observation_shapes
-from jaxsrl.envs.hide_and_seek.scene import DOFS_PER_BODY, compile_scene
+from jaxsrl.envs.hide_and_seek.scene import DOFS_PER_BODY
+from jaxsrl.envs.hide_and_seek.scene_cache import SceneCache
 from jaxsrl.envs.hide_and_seek.stats import EpisodeStats
 from jaxsrl.envs.hide_and_seek.vision import Vision
 
@@ -76,6 +77,7 @@ class HideAndSeekEnv(ParallelEnv):
         self._bin_scale = 2 * cfg.action_max / (cfg.n_action_bins - 1)
         self._prep_steps = cfg.prep_steps
         self._rng = np.random.default_rng()
+        self._scenes = SceneCache(cfg)
         self._model: mujoco.MjModel | None = None
         self._data: mujoco.MjData | None = None
         self.layout: Layout | None = None
@@ -96,7 +98,8 @@ class HideAndSeekEnv(ParallelEnv):
 
     @property
     def model(self) -> mujoco.MjModel | None:
-        """The MuJoCo model of the current episode (recompiled at every reset)."""
+        """The MuJoCo model of the current episode: one per team and object counts, laid
+        out anew at every reset (``scene_cache.py``); wall geoms beyond the layout's are off."""
         return self._model
 
     @property
@@ -235,6 +238,7 @@ class HideAndSeekEnv(ParallelEnv):
 
     def close(self) -> None:
         self._model = self._data = None
+        self._scenes = SceneCache(self.config)
 
     # --- internals -------------------------------------------------------------------
     def _setup(self, layout: Layout) -> None:
@@ -245,8 +249,7 @@ class HideAndSeekEnv(ParallelEnv):
             raise ValueError("layout has more objects than the config's maxima")
         if len(layout.hiders) < 1 or len(layout.seekers) < 1:
             raise ValueError("layout needs at least one hider and one seeker")
-        model, idx = compile_scene(cfg, layout)
-        data = mujoco.MjData(model)
+        model, data, idx = self._scenes.layout(layout)
         q = data.qpos[: DOFS_PER_BODY * len(idx.body)].reshape(-1, DOFS_PER_BODY)  # view
         poses = np.concatenate([layout.hiders, layout.seekers, layout.boxes, layout.ramps])
         z = np.concatenate(
