@@ -152,3 +152,59 @@ def build_observations(qpos, qvel, rest_z, seen, others, team, locked, which_loc
             mask[i, s] = 1.0 if seen[i, a - 1 + j] else 0.0
 
 
+
+
+@jit
+def controls(acts, n_bins, bin_scale, action_max, n_hiders, in_prep, ctrl, grab, lock):
+    """The motor controls and the grab and lock buttons of one step's actions.
+
+    Args:
+      acts: ``[A, 5]`` int action bins (force x, force y, torque z, grab, lock).
+      n_bins: bins per motor; bin ``k`` (clipped to ``0 .. n_bins - 1``) gives
+        ``k * bin_scale - action_max``. n_hiders: agents ``n_hiders:`` are seekers, frozen
+        (zero controls, no grab, no lock) while ``in_prep``.
+      ctrl: ``[A, 3]`` float64 out (a view of ``data.ctrl``); grab, lock: ``[A]`` bool out.
+    """
+    for i in range(acts.shape[0]):
+        frozen = in_prep and i >= n_hiders
+        for j in range(3):
+            b = min(max(acts[i, j], 0), n_bins - 1)
+            ctrl[i, j] = 0.0 if frozen else b * bin_scale - action_max
+        grab[i] = acts[i, 3] > 0 and not frozen
+        lock[i] = acts[i, 4] > 0 and not frozen
+
+
+@jit
+def rewards(qpos, seen, sign, n_hiders, in_prep, half_bounds, penalize_objects, penalty, rew):
+    """One step's rewards (the rules in ``env.py``).
+
+    Args:
+      qpos: ``[M, 4]`` float64 (x, y, z, yaw) of the movable bodies, agents first.
+      seen: ``[A, A - 1 + O]`` bool (``Vision``): a seeker's first ``n_hiders`` columns are the hiders.
+      sign: ``[A]`` +1 for hiders, -1 for seekers. half_bounds: half the bounds square (m).
+      penalize_objects: every agent gets ``-penalty`` while an object is outside.
+      rew: ``[A]`` float64 out.
+
+    Returns:
+      ``(any_seen, team_reward, n_out)``: a seeker sees a hider; the hiders' team reward
+      (0 in the preparation phase); agents outside the bounds.
+    """
+    a = rew.shape[0]
+    any_seen = False
+    for i in range(n_hiders, a):
+        for c in range(n_hiders):
+            any_seen = any_seen or seen[i, c]
+    team_r = 0.0 if in_prep else (-1.0 if any_seen else 1.0)
+    objects_out = False
+    if penalize_objects:
+        for b in range(a, qpos.shape[0]):
+            objects_out = objects_out or abs(qpos[b, 0]) > half_bounds or abs(qpos[b, 1]) > half_bounds
+    n_out = 0
+    for i in range(a):
+        out = abs(qpos[i, 0]) > half_bounds or abs(qpos[i, 1]) > half_bounds
+        n_out += 1 if out else 0
+        r = sign[i] * team_r
+        if not in_prep and (out or objects_out):  # penalties replace the reward, none in prep
+            r = -penalty
+        rew[i] = r
+    return any_seen, team_r, n_out

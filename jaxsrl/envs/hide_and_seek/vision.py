@@ -30,6 +30,22 @@ from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
 from jaxsrl.envs.hide_and_seek.scene import GROUP_AGENT, GROUP_BOX, GROUP_RAMP, GROUP_WALL, SceneIndex
 
 
+@kernels.jit
+def _sense(xpos, geom_xpos, geom_xmat, qpos, eye_ids, tgt_geom, facing, cos_half, geom_size, geom_type, geom_body,
+           geom_mesh, geom_rbound, ray_geoms, mesh_vert, mesh_face, mesh_vertadr, mesh_faceadr, mesh_facenum,
+           tgt_body, lidar_range, vec, dist, in_cone, eyes, ids, hit, seen, lidar):
+    """``line_of_sight``, ``cast_rays`` and ``seen_and_lidar`` in one compiled call (their
+    arguments; ``eyes``: ``[A, 3]`` scratch for the agents' centres)."""
+    for i in range(eye_ids.shape[0]):
+        for c in range(3):
+            eyes[i, c] = xpos[eye_ids[i], c]
+    kernels.line_of_sight(xpos, geom_xpos, qpos, eye_ids, tgt_geom, facing, cos_half, vec, dist, in_cone)
+    raycast.cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, geom_rbound, ray_geoms,
+                      mesh_vert, mesh_face, mesh_vertadr, mesh_faceadr, mesh_facenum, eyes, eye_ids, vec, dist,
+                      ids, hit)
+    kernels.seen_and_lidar(ids, hit, dist, in_cone, geom_body, tgt_body, lidar_range, seen, lidar)
+
+
 def _groups(*groups: int) -> np.ndarray:
     mask = np.zeros(6, np.uint8)
     mask[list(groups)] = 1
@@ -100,6 +116,13 @@ class Vision:
         """``[A, N - 1]`` distances (m) from each agent's centre to the centre of each of its
         targets (columns as ``seen``) at the last ``sense``. Overwritten by the next."""
         self._shape = (a, n)
+        self._eyes = np.empty((a, 3))
+        m = model  # views of the model's arrays, fetched once (the model outlives the episode)
+        self._sense_args = (self._eye_ids, self._tgt_geom, self._facing, self._cos_half, m.geom_size, m.geom_type,
+                            self._geom_body, m.geom_dataid, m.geom_rbound, self._ray_geoms, self._mesh_vert,
+                            m.mesh_face, m.mesh_vertadr, m.mesh_faceadr, m.mesh_facenum, self._tgt_body,
+                            self._lidar_range, self._vec, self._dist, self._in_cone, self._eyes, self._ids, self._hit)
+        self._data_arrays = None  # (data, its arrays) of the last sense
 
     def mujoco_rays(self, data: mujoco.MjData, ids: np.ndarray, hit: np.ndarray) -> None:
         """The ray bundle cast by ``mujoco.mj_multiRay``, one call per observer, into
@@ -119,20 +142,18 @@ class Vision:
         """``lidar``: optional ``[A, n_lidar]`` float32 C-contiguous array to write the
         ranges into (returned); a new one otherwise. ``seen`` is a new array every call."""
         a, k = self._shape[0], self._k
+        if lidar is None:
+            lidar = np.empty((a, self._n_lidar), np.float32)
+        seen = np.empty((a, k), np.bool_)
+        if self.compiled_rays:  # one compiled call
+            if self._data_arrays is None or self._data_arrays[0] is not data:
+                self._data_arrays = (data, (data.xpos, data.geom_xpos, data.geom_xmat, data.qpos))
+            _sense(*self._data_arrays[1], *self._sense_args, seen, lidar)
+            return seen, lidar
         kernels.line_of_sight(data.xpos, data.geom_xpos, data.qpos, self._eye_ids, self._tgt_geom,
                               self._facing, self._cos_half, self._vec, self._dist, self._in_cone)
         ids, hit = self._ids, self._hit
-        if self.compiled_rays:
-            m = self._model
-            raycast.cast_rays(data.geom_xpos, data.geom_xmat, m.geom_size, m.geom_type, self._geom_body,
-                              m.geom_dataid, m.geom_rbound, self._ray_geoms, self._mesh_vert, m.mesh_face,
-                              m.mesh_vertadr, m.mesh_faceadr, m.mesh_facenum, data.xpos[self._eye_sl],
-                              self._eye_ids, self._vec, self._dist, ids, hit)
-        else:
-            self.mujoco_rays(data, ids, hit)
-        seen = np.empty((a, k), np.bool_)
-        if lidar is None:
-            lidar = np.empty((a, self._n_lidar), np.float32)
+        self.mujoco_rays(data, ids, hit)
         kernels.seen_and_lidar(ids, hit, self._dist, self._in_cone, self._geom_body, self._tgt_body,
                                self._lidar_range, seen, lidar)
         return seen, lidar
