@@ -208,3 +208,27 @@ def rewards(qpos, seen, sign, n_hiders, in_prep, half_bounds, penalize_objects, 
             r = -penalty
         rew[i] = r
     return any_seen, team_r, n_out
+
+
+@jit
+def cuboid_distances(xpos, xmat, agent_body, obj_body, centre_dz, half, dist):
+    """Distance from each agent's centre to the surface of each object's cuboid (0 inside).
+
+    Args:
+      xpos: ``[nbody, 3]``, xmat: ``[nbody, 9]`` float64 (``data``; row-major, world from local).
+      agent_body: ``[A]``, obj_body: ``[O]`` int body ids. centre_dz: ``[O]`` height (m) of the
+      cuboid's centre above the body origin. half: ``[O, 3]`` half sizes (m).
+      dist: ``[A, O]`` float64 out (m).
+    """
+    for o in range(obj_body.shape[0]):
+        b = obj_body[o]
+        cx, cy, cz = xpos[b, 0], xpos[b, 1], xpos[b, 2] + centre_dz[o]
+        for i in range(agent_body.shape[0]):
+            e = agent_body[i]
+            r0, r1, r2 = xpos[e, 0] - cx, xpos[e, 1] - cy, xpos[e, 2] - cz
+            s = 0.0
+            for j in range(3):  # local = rot^T rel, outside the cuboid along axis j
+                loc = r0 * xmat[b, j] + r1 * xmat[b, 3 + j] + r2 * xmat[b, 6 + j]
+                g = max(abs(loc) - half[o, j], 0.0)
+                s += g * g
+            dist[i, o] = math.sqrt(s)
