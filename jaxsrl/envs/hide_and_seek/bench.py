@@ -46,7 +46,7 @@ def physics_steps_per_second(variant: str, steps: int, seed: int = 0,
     steps per CPU-second of this thread, as ``jaxsrl.bench.physics`` does).
 
     Same model, substeps and sleeping as the env. Not included (the env pays them):
-    resets (layout, MJCF compile, ``MjData``), the physics guard (``mj_getState`` and
+    resets (the layout, laid out on the env's cached model: ``scene_cache.py``), the physics guard (``mj_getState`` and
     the velocity check) and the ``mj_kinematics`` after each step. Also different: the
     controls are uniform in [-0.9, 0.9] for every motor at every step (the env: 11 bins,
     seekers frozen in the preparation phase) and nothing is grabbed or locked (no weld
