@@ -232,3 +232,48 @@ def cuboid_distances(xpos, xmat, agent_body, obj_body, centre_dz, half, dist):
                 g = max(abs(loc) - half[o, j], 0.0)
                 s += g * g
             dist[i, o] = math.sqrt(s)
+
+
+@jit
+def lock_changes(usable, lockable, lock, team, which_locked, locked, to_unlock, to_lock):
+    """The held team lock's decision per object (``manipulation.py``, Lock).
+
+    Args:
+      usable: ``[A, O]`` bool in reach and seen; lockable: ``[O]`` bool; lock: ``[A]`` bool
+        pressed; team: ``[A]`` int; which_locked: ``[O]`` int last locker; locked: ``[O]`` bool.
+      to_unlock, to_lock: ``[O]`` bool out: a decider (in reach, seeing it, of the last
+        locker's team) does not press lock; someone usable presses and no decider objects.
+
+    Returns:
+      How many objects change state (unlock while locked, or lock while unlocked).
+    """
+    changes = 0
+    for o in range(usable.shape[1]):
+        unlock, desired = False, False
+        if lockable[o]:
+            owner = team[which_locked[o]]
+            for i in range(usable.shape[0]):
+                if usable[i, o]:
+                    if lock[i]:
+                        desired = True
+                    elif team[i] == owner:
+                        unlock = True
+        to_unlock[o] = unlock
+        to_lock[o] = desired and not unlock
+        if (unlock and locked[o]) or (to_lock[o] and not locked[o]):
+            changes += 1
+    return changes
+
+
+@jit
+def grab_targets(usable, grab, dist, target):
+    """Each agent's grab target: the closest usable object while it presses grab (the
+    first of equals), else -1. usable: ``[A, O]`` bool; grab: ``[A]`` bool; dist:
+    ``[A, O]`` float64 (m); target: ``[A]`` int out."""
+    for i in range(usable.shape[0]):
+        best, best_d = -1, math.inf
+        if grab[i]:
+            for o in range(usable.shape[1]):
+                if usable[i, o] and dist[i, o] < best_d:
+                    best, best_d = o, dist[i, o]
+        target[i] = best

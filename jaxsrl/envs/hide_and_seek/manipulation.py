@@ -97,6 +97,8 @@ class Manipulation:
         self._rows = np.arange(a)
         self._agent_ids = np.asarray(self._agent_bodies, np.int64)
         self._obj_ids = np.asarray(self._obj_bodies, np.int64)
+        self._to_unlock, self._to_lock = np.zeros(o, bool), np.zeros(o, bool)
+        self._target = np.empty(a, np.int64)
 
     @property
     def lock_team(self) -> np.ndarray:
@@ -145,7 +147,7 @@ class Manipulation:
             any_usable = False
         if any_usable:
             if pressing_lock or locked_any:
-                self._lock(lock, usable & self._lockable[None, :])
+                self._lock(lock, usable)
             if pressing_grab or holding:
                 self._grab(grab, usable, dist)
         elif holding:  # nothing in reach and view: every holder lets go; locks stay as they are
@@ -161,19 +163,16 @@ class Manipulation:
 
     def _lock(self, lock: np.ndarray, usable: np.ndarray) -> None:
         d, m = self._d, self._m
-        desired = usable & lock[:, None]
-        not_desired = usable & ~lock[:, None]
-        deciders = self.team[:, None] == self.team[self.which_locked][None, :]  # [A, O]
-        to_unlock = (not_desired & deciders).any(axis=0)
-        to_lock = desired.any(axis=0) & ~to_unlock
-        gone, new = to_unlock & self.locked, to_lock & ~self.locked
-        if not (np.count_nonzero(gone) or np.count_nonzero(new)):
+        to_unlock, to_lock = self._to_unlock, self._to_lock
+        if not kernels.lock_changes(usable, self._lockable, lock, self.team, self.which_locked, self.locked,
+                                    to_unlock, to_lock):
             return
+        gone, new = to_unlock & self.locked, to_lock & ~self.locked
         for obj in np.flatnonzero(gone):
             m.jnt_limited[self._obj_joints[obj]] = False
         for obj in np.flatnonzero(new):
             obj = int(obj)
-            self.which_locked[obj] = int(self._rng.choice(np.flatnonzero(desired[:, obj])))
+            self.which_locked[obj] = int(self._rng.choice(np.flatnonzero(usable[:, obj] & lock)))
             self.lock_events[self.team[self.which_locked[obj]]] += 1
             joints = self._obj_joints[obj]
             m.jnt_range[joints] = d.qpos[m.jnt_qposadr[joints]][:, None]
@@ -182,11 +181,8 @@ class Manipulation:
 
     def _grab(self, grab: np.ndarray, usable: np.ndarray, dist: np.ndarray) -> None:
         idx, d, m = self._idx, self._d, self._m
-        valid = usable & grab[:, None]
-        # closest valid object, -1 where none: argmin over inf-padded distances picks a
-        # valid column whenever the row has one, and column 0 (invalid) otherwise
-        target = np.where(valid, dist, np.inf).argmin(axis=1)
-        target[~valid[self._rows, target]] = -1
+        target = self._target
+        kernels.grab_targets(usable, grab, dist, target)
         for i in np.flatnonzero(target != self.held):
             i = int(i)
             if self.held[i] >= 0:
