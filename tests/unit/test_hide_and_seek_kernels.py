@@ -7,7 +7,7 @@
 * ``MultiAgentVectorEnv``'s ``step_arrays`` path against its per-agent dict path on the
   same seeded episodes (the full game: variable team sizes, so absent agents' rows).
 
-The observation kernels (``line_of_sight``, ``seen_and_lidar``, ``build_observations``)
+The observation kernels (``raycast.line_of_sight``, ``raycast.seen_and_lidar``, ``build_observations``)
 are pinned by ``test_hide_and_seek_reference.py`` (a trace recorded before them).
 Mutations caught (each tried alone, by the first test): the lidar's angular window 30%
 narrower (``0.7 * asin``), the bounding radius 10% small, the nearest-first cut 5 cm

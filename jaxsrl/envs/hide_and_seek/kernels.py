@@ -1,14 +1,17 @@
-"""Compiled (Numba) loops of the hide-and-seek step: the per-step array work of vision and
-of the observation builder, one call each instead of dozens of small NumPy operations.
+"""Compiled (Numba) loops of the hide-and-seek step: the per-step array work of the
+observation builder, the controls, the rewards, grab and lock, one call each instead of
+dozens of small NumPy operations. Vision's (rays and the arithmetic around them) is in
+``raycast.py``.
 
 At 4-6 agents and 3-10 objects every NumPy call here handles a few dozen numbers and
 costs its fixed ~1 us of dispatch; these loops do the same arithmetic, in the same order
 and precision (float64, cast to float32 on the store, as the NumPy code did), in one
 call. ``tests/unit/test_hide_and_seek_reference.py`` pins their results to the
-behaviour recorded before any of issue 19's speed work. The ray casts are in
-``raycast.py``.
+behaviour recorded before any of issue 19's speed work.
 
-Compiled on first use and cached on disk (``cache=True``: ``__pycache__`` beside this
+A compiled function that calls another must live in the same file: Numba's disk cache
+is invalidated only by changes to the caller's own file, so a cached caller would keep an
+edited callee's old code. Compiled on first use and cached on disk (``cache=True``: ``__pycache__`` beside this
 file, or ``NUMBA_CACHE_DIR``). ``NUMBA_DISABLE_JIT=1`` runs them as plain Python.
 """
 
@@ -20,63 +23,6 @@ import numba
 
 jit = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
 """The decorator of every compiled loop of the game (also ``raycast.py``)."""
-
-
-@jit
-def line_of_sight(xpos, geom_xpos, qpos, eye_body, tgt_geom, facing, cos_half, vec, dist, in_cone):
-    """Line-of-sight ray directions from each agent's centre to each of its targets.
-
-    Args:
-      xpos: ``[nbody, 3]`` float64 body positions (m), ``data.xpos``.
-      geom_xpos: ``[ngeom, 3]`` float64 geom centres (m), ``data.geom_xpos``.
-      qpos: ``[nq]`` float64; agent ``i``'s yaw (rad) is ``qpos[4 i + 3]``.
-      eye_body: ``[A]`` int body id of each agent.
-      tgt_geom: ``[A, K]`` int geom id of each observer's targets.
-      facing: offset (rad) of the front from the yaw; cos_half: cos of half the cone angle.
-      vec: ``[A, K', 3]`` float64 (``K' >= K``) out: unit direction of each ray (columns ``:K``).
-      dist: ``[A, K]`` float64 out: centre-to-centre distance (m).
-      in_cone: ``[A, K]`` bool out: the target's centre is inside the cone, in the x-y plane.
-    """
-    a, k = tgt_geom.shape
-    for i in range(a):
-        e = eye_body[i]
-        ex, ey, ez = xpos[e, 0], xpos[e, 1], xpos[e, 2]
-        yaw = qpos[4 * i + 3] + facing
-        cy, sy = math.cos(yaw), math.sin(yaw)
-        for c in range(k):
-            g = tgt_geom[i, c]
-            vx, vy, vz = geom_xpos[g, 0] - ex, geom_xpos[g, 1] - ey, geom_xpos[g, 2] - ez
-            planar2 = vx * vx + vy * vy
-            d = math.sqrt(planar2 + vz * vz)
-            dot = vx * cy + vy * sy
-            in_cone[i, c] = dot >= cos_half * math.sqrt(planar2) - 1e-9
-            dist[i, c] = d
-            vec[i, c, 0], vec[i, c, 1], vec[i, c, 2] = vx / d, vy / d, vz / d
-
-
-@jit
-def seen_and_lidar(ids, hit, dist, in_cone, geom_body, tgt_body, lidar_range, seen, lidar):
-    """What each agent sees, and its lidar ranges, from one bundle of ray hits per agent.
-
-    Args:
-      ids: ``[A, K + L]`` int32 geom hit by each ray (-1: none); hit: ``[A, K + L]``
-        float64 distance (m) to it. Columns ``:K`` are the line-of-sight rays, ``K:`` lidar.
-      dist, in_cone: ``[A, K]`` from :func:`line_of_sight`.
-      geom_body: ``[ngeom]`` int body of each geom; tgt_body: ``[A, K]`` body of each target.
-      lidar_range: the range (m) reported where a lidar ray hits nothing.
-      seen: ``[A, K]`` bool out: the first hit lies beyond the target's centre, belongs to
-        the target's body, or there is none; and the target is in the cone.
-      lidar: ``[A, L]`` float32 out: distance to the first hit (not capped), else ``lidar_range``.
-    """
-    a, k = dist.shape
-    n_lidar = lidar.shape[1]
-    for i in range(a):
-        for c in range(k):
-            g = ids[i, c]
-            vis = g < 0 or hit[i, c] >= dist[i, c] - 1e-6 or geom_body[g] == tgt_body[i, c]
-            seen[i, c] = vis and in_cone[i, c]
-        for j in range(n_lidar):
-            lidar[i, j] = hit[i, k + j] if ids[i, k + j] >= 0 else lidar_range
 
 
 @jit

@@ -17,7 +17,7 @@ metres, also beyond ``lidar_range``, and ``lidar_range`` where nothing is hit.
 The rays are cast by a compiled loop that follows MuJoCo's ``mj_ray`` for spheres,
 boxes and meshes (``raycast.cast_rays``; ``Vision.mujoco_rays`` casts the same bundle with
 ``mujoco.mj_multiRay``, the reference it is tested against); the arithmetic around them
-is two compiled loops (``kernels.py``).
+is two compiled loops, and the three run as one call (``raycast.sense``).
 """
 
 from __future__ import annotations
@@ -25,25 +25,9 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from jaxsrl.envs.hide_and_seek import kernels, raycast
+from jaxsrl.envs.hide_and_seek import raycast
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
 from jaxsrl.envs.hide_and_seek.scene import GROUP_AGENT, GROUP_BOX, GROUP_RAMP, GROUP_WALL, SceneIndex
-
-
-@kernels.jit
-def _sense(xpos, geom_xpos, geom_xmat, qpos, eye_ids, tgt_geom, facing, cos_half, geom_size, geom_type, geom_body,
-           geom_mesh, geom_rbound, ray_geoms, mesh_vert, mesh_face, mesh_vertadr, mesh_faceadr, mesh_facenum,
-           tgt_body, lidar_range, vec, dist, in_cone, eyes, ids, hit, seen, lidar):
-    """``line_of_sight``, ``cast_rays`` and ``seen_and_lidar`` in one compiled call (their
-    arguments; ``eyes``: ``[A, 3]`` scratch for the agents' centres)."""
-    for i in range(eye_ids.shape[0]):
-        for c in range(3):
-            eyes[i, c] = xpos[eye_ids[i], c]
-    kernels.line_of_sight(xpos, geom_xpos, qpos, eye_ids, tgt_geom, facing, cos_half, vec, dist, in_cone)
-    raycast.cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, geom_rbound, ray_geoms,
-                      mesh_vert, mesh_face, mesh_vertadr, mesh_faceadr, mesh_facenum, eyes, eye_ids, vec, dist,
-                      ids, hit)
-    kernels.seen_and_lidar(ids, hit, dist, in_cone, geom_body, tgt_body, lidar_range, seen, lidar)
 
 
 def _groups(*groups: int) -> np.ndarray:
@@ -148,12 +132,12 @@ class Vision:
         if self.compiled_rays:  # one compiled call
             if self._data_arrays is None or self._data_arrays[0] is not data:
                 self._data_arrays = (data, (data.xpos, data.geom_xpos, data.geom_xmat, data.qpos))
-            _sense(*self._data_arrays[1], *self._sense_args, seen, lidar)
+            raycast.sense(*self._data_arrays[1], *self._sense_args, seen, lidar)
             return seen, lidar
-        kernels.line_of_sight(data.xpos, data.geom_xpos, data.qpos, self._eye_ids, self._tgt_geom,
+        raycast.line_of_sight(data.xpos, data.geom_xpos, data.qpos, self._eye_ids, self._tgt_geom,
                               self._facing, self._cos_half, self._vec, self._dist, self._in_cone)
         ids, hit = self._ids, self._hit
         self.mujoco_rays(data, ids, hit)
-        kernels.seen_and_lidar(ids, hit, self._dist, self._in_cone, self._geom_body, self._tgt_body,
+        raycast.seen_and_lidar(ids, hit, self._dist, self._in_cone, self._geom_body, self._tgt_body,
                                self._lidar_range, seen, lidar)
         return seen, lidar
