@@ -85,3 +85,18 @@ def idx1_slots(model):
     while mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, f"wall_{n}") >= 0:
         n += 1
     return n
+
+
+def test_cache_keeps_at_most_max_scenes_structures():
+    cfg = make_config("full")
+    cache = SceneCache(cfg, max_scenes=2)
+    rng = np.random.default_rng(3)
+    keys = []
+    while len(set(keys)) < 4:
+        layout = generate_layout(cfg, rng)
+        cache.layout(layout)
+        keys.append((len(layout.hiders), len(layout.seekers), len(layout.boxes)))
+        assert len(cache) <= 2
+    assert len(cache) == 2
+    with pytest.raises(ValueError, match="max_scenes"):
+        SceneCache(cfg, max_scenes=0)

@@ -2,8 +2,8 @@
 
 Compiling an episode's MJCF and allocating its ``MjData`` cost about 5 ms per reset (60 µs
 per quadrant step). ``SceneCache`` compiles one model per *structure* (the numbers of
-hiders, seekers, boxes and ramps: one for the quadrant game, at most 3 x 3 x 7 for the
-full game, each built the first time an episode needs it) and lays every later episode
+hiders, seekers, boxes and ramps: one for the quadrant game, up to 3 x 3 x 7 for the
+full game, each built the first time an episode needs it, at most ``MAX_SCENES`` kept) and lays every later episode
 with that structure out on it:
 
 - walls are static geoms of the world body; the model holds ``n_walls`` of them (grown
@@ -27,6 +27,7 @@ runs through the cache.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import mujoco
@@ -41,6 +42,10 @@ UNUSED_GROUP = 5
 ARENA_BYTES = 4 << 20
 """``MjData`` arena (bytes) per scene: the busiest full-game episodes of random play use
 about 0.2 MiB (contacts and constraint rows), MuJoCo's default is about 15 MiB."""
+MAX_SCENES = 24
+"""Structures a ``SceneCache`` keeps by default: about 22 MB per env at most; the full
+game's 63 structures (1-3 hiders, 1-3 seekers, 3-9 boxes) then hit about 40% of resets,
+and a miss compiles (about 2.5 ms, some 10 µs per full-game step)."""
 _PARKED_Z = -10.0
 _MAX_WALL_SETS = 4096
 
@@ -69,12 +74,20 @@ class SceneCache:
     Args:
       cfg: the game's settings (the same for every layout given to ``layout``).
       min_walls: wall slots of a new model (more if a layout needs them).
+      max_scenes: structures kept (least recently used dropped first); each costs about
+        0.9 MB resident (model, data and the arena's used part). The full game has 63.
+
+    Raises:
+      ValueError: ``max_scenes`` < 1.
     """
 
-    def __init__(self, cfg: HideAndSeekConfig, min_walls: int = 8):
+    def __init__(self, cfg: HideAndSeekConfig, min_walls: int = 8, max_scenes: int = MAX_SCENES):
+        if max_scenes < 1:
+            raise ValueError(f"max_scenes must be >= 1, got {max_scenes!r}")
         self._cfg = cfg
         self._min_walls = int(min_walls)
-        self._scenes: dict[tuple[int, int, int, int], _Scene] = {}
+        self._max_scenes = int(max_scenes)
+        self._scenes: collections.OrderedDict[tuple[int, int, int, int], _Scene] = collections.OrderedDict()
         self._box_templates: dict[bytes, mujoco.MjModel] = {}
         self._world_bvh: dict[bytes, tuple[np.ndarray, ...]] = {}
 
@@ -131,6 +144,9 @@ class SceneCache:
         n = len(layout.walls)
         if scene is None or scene.index.n_walls < n:
             scene = self._scenes[key] = self._compile(layout, max(n, self._min_walls))
+            while len(self._scenes) > self._max_scenes:
+                self._scenes.popitem(last=False)
+        self._scenes.move_to_end(key)
         m, d, idx = scene.model, scene.data, scene.index
         # walls
         g = scene.wall_geoms
