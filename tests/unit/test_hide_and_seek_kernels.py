@@ -7,12 +7,14 @@
 * ``MultiAgentVectorEnv``'s ``step_arrays`` path against its per-agent dict path on the
   same seeded episodes (the full game: variable team sizes, so absent agents' rows).
 
-The observation kernels (``line_of_sight``, ``seen_and_lidar``, ``build_observations``)
+The observation kernels (``raycast.line_of_sight``, ``raycast.seen_and_lidar``, ``build_observations``)
 are pinned by ``test_hide_and_seek_reference.py`` (a trace recorded before them).
 Mutations caught (each tried alone, by the first test): the lidar's angular window 30%
 narrower (``0.7 * asin``), the bounding radius 10% small, the nearest-first cut 5 cm
 early (``near[n] > best - 0.05``), the line-of-sight prune 0.1 m short of the target, and
-the triangle test's barycentric bound 1 -> 1.2.
+the triangle test's barycentric bound 1 -> 1.2; with issue 32's box bounds: a box's
+extent 10% small, its lidar window 30% narrow, an eye above or below a wall not given every
+lidar ray.
 """
 
 import mujoco

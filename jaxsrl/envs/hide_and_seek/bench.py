@@ -22,19 +22,20 @@ import numpy as np
 from jaxsrl.envs.hide_and_seek.env import make_env
 
 
-def env_steps_per_second(variant: str, steps: int, seed: int = 0) -> float:
-    """Env steps per second over ``steps`` random-action steps (resets included)."""
+def env_steps_per_second(variant: str, steps: int, seed: int = 0, clock=time.perf_counter) -> float:
+    """Env steps per second over ``steps`` random-action steps (resets included), timed
+    by ``clock`` (wall seconds, or ``time.thread_time`` for steps per CPU-second)."""
     env = make_env(variant)
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     nvec = env.action_space(env.possible_agents[0]).nvec
     acts = rng.integers(0, nvec, size=(steps, len(env.possible_agents), len(nvec)))
-    t0 = time.perf_counter()
+    t0 = clock()
     for k in range(steps):
         env.step({a: acts[k, i] for i, a in enumerate(env.agents)})
         if not env.agents:
             env.reset()
-    return steps / (time.perf_counter() - t0)
+    return steps / (clock() - t0)
 
 
 def physics_steps_per_second(variant: str, steps: int, seed: int = 0,
@@ -45,7 +46,7 @@ def physics_steps_per_second(variant: str, steps: int, seed: int = 0,
     steps per CPU-second of this thread, as ``jaxsrl.bench.physics`` does).
 
     Same model, substeps and sleeping as the env. Not included (the env pays them):
-    resets (layout, MJCF compile, ``MjData``), the physics guard (``mj_getState`` and
+    resets (the layout, laid out on the env's cached model: ``scene_cache.py``), the physics guard (``mj_getState`` and
     the velocity check) and the ``mj_kinematics`` after each step. Also different: the
     controls are uniform in [-0.9, 0.9] for every motor at every step (the env: 11 bins,
     seekers frozen in the preparation phase) and nothing is grabbed or locked (no weld
@@ -76,12 +77,17 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=4000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--physics", action="store_true", help="also time bare physics")
+    p.add_argument("--cpu", action="store_true",
+                   help="time by this thread's CPU time (time.thread_time) instead of the wall clock: "
+                        "less sensitive to other processes on a shared core")
     args = p.parse_args()
-    env_rate = max(env_steps_per_second(args.variant, args.steps) for _ in range(args.repeats))
-    print(f"{args.variant}: {env_rate:,.0f} env steps/s (random actions, resets included)")
+    clock, unit = (time.thread_time, "CPU-s") if args.cpu else (time.perf_counter, "s")
+    env_rate = max(env_steps_per_second(args.variant, args.steps, clock=clock) for _ in range(args.repeats))
+    print(f"{args.variant}: {env_rate:,.0f} env steps/{unit} (random actions, resets included)")
     if args.physics:
-        phys = max(physics_steps_per_second(args.variant, args.steps) for _ in range(args.repeats))
-        print(f"{args.variant}: {phys:,.0f} physics-only steps/s (15 substeps each)")
+        phys = max(physics_steps_per_second(args.variant, args.steps, clock=clock) for _ in range(args.repeats))
+        print(f"{args.variant}: {phys:,.0f} physics-only steps/{unit} (15 substeps each)")
+        print(f"{args.variant}: ratio env / physics {env_rate / phys:.2f}")
 
 
 if __name__ == "__main__":

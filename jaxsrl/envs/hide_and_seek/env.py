@@ -29,12 +29,14 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
+from jaxsrl.envs.hide_and_seek import kernels
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig, make_config
 from jaxsrl.envs.hide_and_seek.guard import GuardedStep
 from jaxsrl.envs.hide_and_seek.layout import Layout, generate_layout
 from jaxsrl.envs.hide_and_seek.manipulation import HIDER, Manipulation
 from jaxsrl.envs.hide_and_seek.observations import ObservationBuilder, observation_shapes
-from jaxsrl.envs.hide_and_seek.scene import DOFS_PER_BODY, compile_scene
+from jaxsrl.envs.hide_and_seek.scene import DOFS_PER_BODY
+from jaxsrl.envs.hide_and_seek.scene_cache import SceneCache
 from jaxsrl.envs.hide_and_seek.stats import EpisodeStats
 from jaxsrl.envs.hide_and_seek.vision import Vision
 
@@ -76,6 +78,7 @@ class HideAndSeekEnv(ParallelEnv):
         self._bin_scale = 2 * cfg.action_max / (cfg.n_action_bins - 1)
         self._prep_steps = cfg.prep_steps
         self._rng = np.random.default_rng()
+        self._scenes = SceneCache(cfg)
         self._model: mujoco.MjModel | None = None
         self._data: mujoco.MjData | None = None
         self.layout: Layout | None = None
@@ -96,7 +99,8 @@ class HideAndSeekEnv(ParallelEnv):
 
     @property
     def model(self) -> mujoco.MjModel | None:
-        """The MuJoCo model of the current episode (recompiled at every reset)."""
+        """The MuJoCo model of the current episode: one per team and object counts, laid
+        out anew at every reset (``scene_cache.py``); wall geoms beyond the layout's are off."""
         return self._model
 
     @property
@@ -175,16 +179,9 @@ class HideAndSeekEnv(ParallelEnv):
         float64, done, infos list)``; ends the episode (``agents = []``) when done."""
         cfg, idx = self.config, self._idx
         a, nh = idx.n_agents, idx.n_hiders
-        bins = np.minimum(np.maximum(acts[:, :3], 0), cfg.n_action_bins - 1)
-        ctrl = self._ctrl  # [A, 3] view of data.ctrl, in motor units
-        np.multiply(bins, self._bin_scale, out=ctrl)
-        ctrl -= cfg.action_max
-        grab, lock = acts[:, 3] > 0, acts[:, 4] > 0
-        in_prep = self._t < self._prep_steps
-        if in_prep:  # seekers are frozen: no motion, no grab, no lock
-            ctrl[nh:] = 0.0
-            grab[nh:] = False
-            lock[nh:] = False
+        in_prep = self._t < self._prep_steps  # seekers are frozen: no motion, no grab, no lock
+        grab, lock = self._grab, self._lock
+        kernels.controls(acts, cfg.n_action_bins, self._bin_scale, cfg.action_max, nh, in_prep, self._ctrl, grab, lock)
         m = self._manip
         m.apply(grab, lock, self._seen[:, a - 1 :], self._vision.centre_dist[:, a - 1 :])
         physics_ok = self._guard.step(cfg.n_substeps)
@@ -193,17 +190,10 @@ class HideAndSeekEnv(ParallelEnv):
 
         batch = self._observe()
         q = self._qpos
-        any_seen = np.count_nonzero(self._seen[nh:, :nh]) > 0  # a seeker's first nh columns: the hiders
-        team_r = 0.0 if in_prep else (-1.0 if any_seen else 1.0)
-        rew = self._sign * team_r  # +team_r for hiders, -team_r for seekers
-        beyond = np.abs(q[:, :2]) > self._half_bounds  # [M, 2] every body
-        outside = beyond[:, 0] | beyond[:, 1]  # [M]
-        out = outside[:a]  # [A]
-        if not in_prep:  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
-            if self._penalize_objects and np.count_nonzero(outside[a:]):
-                rew[:] = -cfg.boundary_penalty
-            rew[out] = -cfg.boundary_penalty
-        self._stats.record(q, m.lock_team_now, m.held, self._team, any_seen, in_prep, team_r, np.count_nonzero(out))
+        rew = np.empty(a)  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
+        any_seen, team_r, n_out = kernels.rewards(q, self._seen, self._sign, nh, in_prep, self._half_bounds,
+                                                  self._penalize_objects, float(cfg.boundary_penalty), rew)
+        self._stats.record(q, m.lock_team_now, m.held, self._team, any_seen, in_prep, team_r, n_out)
 
         done = self._t >= cfg.horizon
         next_in_prep = self._t < self._prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
@@ -235,6 +225,7 @@ class HideAndSeekEnv(ParallelEnv):
 
     def close(self) -> None:
         self._model = self._data = None
+        self._scenes = SceneCache(self.config)
 
     # --- internals -------------------------------------------------------------------
     def _setup(self, layout: Layout) -> None:
@@ -245,8 +236,7 @@ class HideAndSeekEnv(ParallelEnv):
             raise ValueError("layout has more objects than the config's maxima")
         if len(layout.hiders) < 1 or len(layout.seekers) < 1:
             raise ValueError("layout needs at least one hider and one seeker")
-        model, idx = compile_scene(cfg, layout)
-        data = mujoco.MjData(model)
+        model, data, idx = self._scenes.layout(layout)
         q = data.qpos[: DOFS_PER_BODY * len(idx.body)].reshape(-1, DOFS_PER_BODY)  # view
         poses = np.concatenate([layout.hiders, layout.seekers, layout.boxes, layout.ramps])
         z = np.concatenate(
@@ -270,10 +260,12 @@ class HideAndSeekEnv(ParallelEnv):
         self._seen = np.zeros((idx.n_agents, idx.n_agents - 1 + idx.n_objects), bool)  # see Vision
         # cached per episode: what a step cannot change
         self._acts = np.empty((idx.n_agents, 5), np.int64)
+        self._grab = np.empty(idx.n_agents, bool)
+        self._lock = np.empty(idx.n_agents, bool)
         self._ctrl = data.ctrl.reshape(idx.n_agents, 3)  # a view (3 motors per agent, agent order)
         self._sign = np.where(self._team == HIDER, 1.0, -1.0)
-        self._half_bounds = cfg.bounds_size / 2
-        self._penalize_objects = cfg.penalize_objects_out
+        self._half_bounds = float(cfg.bounds_size / 2)
+        self._penalize_objects = bool(cfg.penalize_objects_out)
 
     @staticmethod
     def _per_agent(batch: dict[str, np.ndarray], agents: list[str]) -> dict[str, dict[str, np.ndarray]]:

@@ -1,14 +1,17 @@
-"""Compiled (Numba) loops of the hide-and-seek step: the per-step array work of vision and
-of the observation builder, one call each instead of dozens of small NumPy operations.
+"""Compiled (Numba) loops of the hide-and-seek step: the per-step array work of the
+observation builder, the controls, the rewards, grab and lock, one call each instead of
+dozens of small NumPy operations. Vision's (rays and the arithmetic around them) is in
+``raycast.py``.
 
 At 4-6 agents and 3-10 objects every NumPy call here handles a few dozen numbers and
 costs its fixed ~1 us of dispatch; these loops do the same arithmetic, in the same order
 and precision (float64, cast to float32 on the store, as the NumPy code did), in one
 call. ``tests/unit/test_hide_and_seek_reference.py`` pins their results to the
-behaviour recorded before any of issue 19's speed work. The ray casts are in
-``raycast.py``.
+behaviour recorded before any of issue 19's speed work.
 
-Compiled on first use and cached on disk (``cache=True``: ``__pycache__`` beside this
+A compiled function that calls another must live in the same file: Numba's disk cache
+is invalidated only by changes to the caller's own file, so a cached caller would keep an
+edited callee's old code. Compiled on first use and cached on disk (``cache=True``: ``__pycache__`` beside this
 file, or ``NUMBA_CACHE_DIR``). ``NUMBA_DISABLE_JIT=1`` runs them as plain Python.
 """
 
@@ -20,63 +23,6 @@ import numba
 
 jit = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
 """The decorator of every compiled loop of the game (also ``raycast.py``)."""
-
-
-@jit
-def line_of_sight(xpos, geom_xpos, qpos, eye_body, tgt_geom, facing, cos_half, vec, dist, in_cone):
-    """Line-of-sight ray directions from each agent's centre to each of its targets.
-
-    Args:
-      xpos: ``[nbody, 3]`` float64 body positions (m), ``data.xpos``.
-      geom_xpos: ``[ngeom, 3]`` float64 geom centres (m), ``data.geom_xpos``.
-      qpos: ``[nq]`` float64; agent ``i``'s yaw (rad) is ``qpos[4 i + 3]``.
-      eye_body: ``[A]`` int body id of each agent.
-      tgt_geom: ``[A, K]`` int geom id of each observer's targets.
-      facing: offset (rad) of the front from the yaw; cos_half: cos of half the cone angle.
-      vec: ``[A, K', 3]`` float64 (``K' >= K``) out: unit direction of each ray (columns ``:K``).
-      dist: ``[A, K]`` float64 out: centre-to-centre distance (m).
-      in_cone: ``[A, K]`` bool out: the target's centre is inside the cone, in the x-y plane.
-    """
-    a, k = tgt_geom.shape
-    for i in range(a):
-        e = eye_body[i]
-        ex, ey, ez = xpos[e, 0], xpos[e, 1], xpos[e, 2]
-        yaw = qpos[4 * i + 3] + facing
-        cy, sy = math.cos(yaw), math.sin(yaw)
-        for c in range(k):
-            g = tgt_geom[i, c]
-            vx, vy, vz = geom_xpos[g, 0] - ex, geom_xpos[g, 1] - ey, geom_xpos[g, 2] - ez
-            planar2 = vx * vx + vy * vy
-            d = math.sqrt(planar2 + vz * vz)
-            dot = vx * cy + vy * sy
-            in_cone[i, c] = dot >= cos_half * math.sqrt(planar2) - 1e-9
-            dist[i, c] = d
-            vec[i, c, 0], vec[i, c, 1], vec[i, c, 2] = vx / d, vy / d, vz / d
-
-
-@jit
-def seen_and_lidar(ids, hit, dist, in_cone, geom_body, tgt_body, lidar_range, seen, lidar):
-    """What each agent sees, and its lidar ranges, from one bundle of ray hits per agent.
-
-    Args:
-      ids: ``[A, K + L]`` int32 geom hit by each ray (-1: none); hit: ``[A, K + L]``
-        float64 distance (m) to it. Columns ``:K`` are the line-of-sight rays, ``K:`` lidar.
-      dist, in_cone: ``[A, K]`` from :func:`line_of_sight`.
-      geom_body: ``[ngeom]`` int body of each geom; tgt_body: ``[A, K]`` body of each target.
-      lidar_range: the range (m) reported where a lidar ray hits nothing.
-      seen: ``[A, K]`` bool out: the first hit lies beyond the target's centre, belongs to
-        the target's body, or there is none; and the target is in the cone.
-      lidar: ``[A, L]`` float32 out: distance to the first hit (not capped), else ``lidar_range``.
-    """
-    a, k = dist.shape
-    n_lidar = lidar.shape[1]
-    for i in range(a):
-        for c in range(k):
-            g = ids[i, c]
-            vis = g < 0 or hit[i, c] >= dist[i, c] - 1e-6 or geom_body[g] == tgt_body[i, c]
-            seen[i, c] = vis and in_cone[i, c]
-        for j in range(n_lidar):
-            lidar[i, j] = hit[i, k + j] if ids[i, k + j] >= 0 else lidar_range
 
 
 @jit
@@ -152,3 +98,128 @@ def build_observations(qpos, qvel, rest_z, seen, others, team, locked, which_loc
             mask[i, s] = 1.0 if seen[i, a - 1 + j] else 0.0
 
 
+
+
+@jit
+def controls(acts, n_bins, bin_scale, action_max, n_hiders, in_prep, ctrl, grab, lock):
+    """The motor controls and the grab and lock buttons of one step's actions.
+
+    Args:
+      acts: ``[A, 5]`` int action bins (force x, force y, torque z, grab, lock).
+      n_bins: bins per motor; bin ``k`` (clipped to ``0 .. n_bins - 1``) gives
+        ``k * bin_scale - action_max``. n_hiders: agents ``n_hiders:`` are seekers, frozen
+        (zero controls, no grab, no lock) while ``in_prep``.
+      ctrl: ``[A, 3]`` float64 out (a view of ``data.ctrl``); grab, lock: ``[A]`` bool out.
+    """
+    for i in range(acts.shape[0]):
+        frozen = in_prep and i >= n_hiders
+        for j in range(3):
+            b = min(max(acts[i, j], 0), n_bins - 1)
+            ctrl[i, j] = 0.0 if frozen else b * bin_scale - action_max
+        grab[i] = acts[i, 3] > 0 and not frozen
+        lock[i] = acts[i, 4] > 0 and not frozen
+
+
+@jit
+def rewards(qpos, seen, sign, n_hiders, in_prep, half_bounds, penalize_objects, penalty, rew):
+    """One step's rewards (the rules in ``env.py``).
+
+    Args:
+      qpos: ``[M, 4]`` float64 (x, y, z, yaw) of the movable bodies, agents first.
+      seen: ``[A, A - 1 + O]`` bool (``Vision``): a seeker's first ``n_hiders`` columns are the hiders.
+      sign: ``[A]`` +1 for hiders, -1 for seekers. half_bounds: half the bounds square (m).
+      penalize_objects: every agent gets ``-penalty`` while an object is outside.
+      rew: ``[A]`` float64 out.
+
+    Returns:
+      ``(any_seen, team_reward, n_out)``: a seeker sees a hider; the hiders' team reward
+      (0 in the preparation phase); agents outside the bounds.
+    """
+    a = rew.shape[0]
+    any_seen = False
+    for i in range(n_hiders, a):
+        for c in range(n_hiders):
+            any_seen = any_seen or seen[i, c]
+    team_r = 0.0 if in_prep else (-1.0 if any_seen else 1.0)
+    objects_out = False
+    if penalize_objects:
+        for b in range(a, qpos.shape[0]):
+            objects_out = objects_out or abs(qpos[b, 0]) > half_bounds or abs(qpos[b, 1]) > half_bounds
+    n_out = 0
+    for i in range(a):
+        out = abs(qpos[i, 0]) > half_bounds or abs(qpos[i, 1]) > half_bounds
+        n_out += 1 if out else 0
+        r = sign[i] * team_r
+        if not in_prep and (out or objects_out):  # penalties replace the reward, none in prep
+            r = -penalty
+        rew[i] = r
+    return any_seen, team_r, n_out
+
+
+@jit
+def cuboid_distances(xpos, xmat, agent_body, obj_body, centre_dz, half, dist):
+    """Distance from each agent's centre to the surface of each object's cuboid (0 inside).
+
+    Args:
+      xpos: ``[nbody, 3]``, xmat: ``[nbody, 9]`` float64 (``data``; row-major, world from local).
+      agent_body: ``[A]``, obj_body: ``[O]`` int body ids. centre_dz: ``[O]`` height (m) of the
+      cuboid's centre above the body origin. half: ``[O, 3]`` half sizes (m).
+      dist: ``[A, O]`` float64 out (m).
+    """
+    for o in range(obj_body.shape[0]):
+        b = obj_body[o]
+        cx, cy, cz = xpos[b, 0], xpos[b, 1], xpos[b, 2] + centre_dz[o]
+        for i in range(agent_body.shape[0]):
+            e = agent_body[i]
+            r0, r1, r2 = xpos[e, 0] - cx, xpos[e, 1] - cy, xpos[e, 2] - cz
+            s = 0.0
+            for j in range(3):  # local = rot^T rel, outside the cuboid along axis j
+                loc = r0 * xmat[b, j] + r1 * xmat[b, 3 + j] + r2 * xmat[b, 6 + j]
+                g = max(abs(loc) - half[o, j], 0.0)
+                s += g * g
+            dist[i, o] = math.sqrt(s)
+
+
+@jit
+def lock_changes(usable, lockable, lock, team, which_locked, locked, to_unlock, to_lock):
+    """The held team lock's decision per object (``manipulation.py``, Lock).
+
+    Args:
+      usable: ``[A, O]`` bool in reach and seen; lockable: ``[O]`` bool; lock: ``[A]`` bool
+        pressed; team: ``[A]`` int; which_locked: ``[O]`` int last locker; locked: ``[O]`` bool.
+      to_unlock, to_lock: ``[O]`` bool out: a decider (in reach, seeing it, of the last
+        locker's team) does not press lock; someone usable presses and no decider objects.
+
+    Returns:
+      How many objects change state (unlock while locked, or lock while unlocked).
+    """
+    changes = 0
+    for o in range(usable.shape[1]):
+        unlock, desired = False, False
+        if lockable[o]:
+            owner = team[which_locked[o]]
+            for i in range(usable.shape[0]):
+                if usable[i, o]:
+                    if lock[i]:
+                        desired = True
+                    elif team[i] == owner:
+                        unlock = True
+        to_unlock[o] = unlock
+        to_lock[o] = desired and not unlock
+        if (unlock and locked[o]) or (to_lock[o] and not locked[o]):
+            changes += 1
+    return changes
+
+
+@jit
+def grab_targets(usable, grab, dist, target):
+    """Each agent's grab target: the closest usable object while it presses grab (the
+    first of equals), else -1. usable: ``[A, O]`` bool; grab: ``[A]`` bool; dist:
+    ``[A, O]`` float64 (m); target: ``[A]`` int out."""
+    for i in range(usable.shape[0]):
+        best, best_d = -1, math.inf
+        if grab[i]:
+            for o in range(usable.shape[1]):
+                if usable[i, o] and dist[i, o] < best_d:
+                    best, best_d = o, dist[i, o]
+        target[i] = best

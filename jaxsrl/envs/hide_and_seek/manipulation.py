@@ -30,6 +30,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from jaxsrl.envs.hide_and_seek import kernels
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
 from jaxsrl.envs.hide_and_seek.scene import DOFS_PER_BODY, SceneIndex
 
@@ -45,14 +46,6 @@ def _relpose(data: mujoco.MjData, b1: int, b2: int) -> np.ndarray:
     mujoco.mju_rotVecQuat(out[:3], data.xpos[b2] - data.xpos[b1], inv)
     mujoco.mju_mulQuat(out[3:], inv, data.xquat[b2])
     return out
-
-
-def _as_slice(ids: np.ndarray) -> slice | np.ndarray:
-    """``ids`` as a slice when they are consecutive (a view instead of a gather)."""
-    ids = np.asarray(ids, np.intp)
-    if len(ids) and np.array_equal(ids, ids[0] + np.arange(len(ids))):
-        return slice(int(ids[0]), int(ids[0]) + len(ids))
-    return ids
 
 
 class Manipulation:
@@ -101,10 +94,11 @@ class Manipulation:
         self._obj_bodies = index.body[a : a + o]
         self._obj_joints = [model.body_jntadr[bd] + np.arange(DOFS_PER_BODY) for bd in self._obj_bodies]
         self._no_objects = o == 0
-        self._agent_sel = _as_slice(self._agent_bodies)  # bodies are numbered in order: slices, not gathers
-        self._obj_sel = self._obj_bodies  # fancy index: the centres are modified
-        self._obj_rows = _as_slice(self._obj_bodies)
         self._rows = np.arange(a)
+        self._agent_ids = np.asarray(self._agent_bodies, np.int64)
+        self._obj_ids = np.asarray(self._obj_bodies, np.int64)
+        self._to_unlock, self._to_lock = np.zeros(o, bool), np.zeros(o, bool)
+        self._target = np.empty(a, np.int64)
 
     @property
     def lock_team(self) -> np.ndarray:
@@ -119,14 +113,9 @@ class Manipulation:
         idx, d = self._idx, self._d
         if idx.n_objects == 0:
             return np.zeros((idx.n_agents, 0))
-        xpos = d.xpos
-        centres = xpos[self._obj_sel]  # [O, 3] body origins (a copy)
-        centres[:, 2] += self._centre_dz
-        rel = xpos[self._agent_sel][:, None, :] - centres[None]  # [A, O, 3] world frame
-        rot = d.xmat[self._obj_rows].reshape(-1, 3, 3)  # [O, 3, 3]: world = rot @ local
-        local = np.einsum("aok,okj->aoj", rel, rot)  # rot^T rel, in each object's frame
-        gap = np.maximum(np.abs(local) - self._half, 0.0)  # [A, O, 3] outside the cuboid
-        return np.sqrt(np.einsum("aoj,aoj->ao", gap, gap))
+        dist = np.empty((idx.n_agents, idx.n_objects))
+        kernels.cuboid_distances(d.xpos, d.xmat, self._agent_ids, self._obj_ids, self._centre_dz, self._half, dist)
+        return dist
 
     def apply(
         self, grab: np.ndarray, lock: np.ndarray, seen_objects: np.ndarray, centre_dist: np.ndarray | None = None
@@ -158,7 +147,7 @@ class Manipulation:
             any_usable = False
         if any_usable:
             if pressing_lock or locked_any:
-                self._lock(lock, usable & self._lockable[None, :])
+                self._lock(lock, usable)
             if pressing_grab or holding:
                 self._grab(grab, usable, dist)
         elif holding:  # nothing in reach and view: every holder lets go; locks stay as they are
@@ -174,19 +163,16 @@ class Manipulation:
 
     def _lock(self, lock: np.ndarray, usable: np.ndarray) -> None:
         d, m = self._d, self._m
-        desired = usable & lock[:, None]
-        not_desired = usable & ~lock[:, None]
-        deciders = self.team[:, None] == self.team[self.which_locked][None, :]  # [A, O]
-        to_unlock = (not_desired & deciders).any(axis=0)
-        to_lock = desired.any(axis=0) & ~to_unlock
-        gone, new = to_unlock & self.locked, to_lock & ~self.locked
-        if not (np.count_nonzero(gone) or np.count_nonzero(new)):
+        to_unlock, to_lock = self._to_unlock, self._to_lock
+        if not kernels.lock_changes(usable, self._lockable, lock, self.team, self.which_locked, self.locked,
+                                    to_unlock, to_lock):
             return
+        gone, new = to_unlock & self.locked, to_lock & ~self.locked
         for obj in np.flatnonzero(gone):
             m.jnt_limited[self._obj_joints[obj]] = False
         for obj in np.flatnonzero(new):
             obj = int(obj)
-            self.which_locked[obj] = int(self._rng.choice(np.flatnonzero(desired[:, obj])))
+            self.which_locked[obj] = int(self._rng.choice(np.flatnonzero(usable[:, obj] & lock)))
             self.lock_events[self.team[self.which_locked[obj]]] += 1
             joints = self._obj_joints[obj]
             m.jnt_range[joints] = d.qpos[m.jnt_qposadr[joints]][:, None]
@@ -195,11 +181,8 @@ class Manipulation:
 
     def _grab(self, grab: np.ndarray, usable: np.ndarray, dist: np.ndarray) -> None:
         idx, d, m = self._idx, self._d, self._m
-        valid = usable & grab[:, None]
-        # closest valid object, -1 where none: argmin over inf-padded distances picks a
-        # valid column whenever the row has one, and column 0 (invalid) otherwise
-        target = np.where(valid, dist, np.inf).argmin(axis=1)
-        target[~valid[self._rows, target]] = -1
+        target = self._target
+        kernels.grab_targets(usable, grab, dist, target)
         for i in np.flatnonzero(target != self.held):
             i = int(i)
             if self.held[i] >= 0:

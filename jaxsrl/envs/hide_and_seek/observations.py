@@ -89,8 +89,8 @@ def observation_shapes(cfg: HideAndSeekConfig) -> dict[str, tuple[int, ...]]:
 class ObservationBuilder:
     """Builds ``{key: [A, *shape]}`` float32 arrays for the ``A`` agents of one episode.
 
-    Every step's arrays are new copies of per-episode templates that already hold what a
-    step cannot change (the ``hider`` flags, the ``*_present`` slots, box sizes, the
+    Every step's arrays are views of one new copy of a flat per-episode template, which
+    already holds what a step cannot change (the ``hider`` flags, the ``*_present`` slots, box sizes, the
     preparation timer once it reads 1); a step writes only the rest. Arrays handed out
     are never written again.
 
@@ -110,7 +110,11 @@ class ObservationBuilder:
         self._rest_z = np.asarray(rest_z, np.float64)
         self._size_cols = 3 if cfg.n_elongated[1] > 0 else 0
         self._prep_den = cfg.prep_steps + 1e-5  # prep_obs = min(1, t / (prep_steps + 1e-5))
-        self._template = {k: np.zeros((a,) + shape, np.float32) for k, shape in observation_shapes(cfg).items()}
+        shapes = {k: (a,) + shape for k, shape in observation_shapes(cfg).items()}
+        sizes = [int(np.prod(shape)) for shape in shapes.values()]
+        self._flat = np.zeros(sum(sizes), np.float32)  # every key's template, one buffer
+        self._parts = [(k, o, o + n, shape) for (k, shape), n, o in zip(shapes.items(), sizes, np.cumsum([0] + sizes))]
+        self._template = self._views(self._flat)
         t = self._template
         t["self"][:, 8] = self._hider
         if a > 1:
@@ -131,7 +135,11 @@ class ObservationBuilder:
             t["self"][:, 9] = prep
             t["agents"][:, : self._a - 1, 9] = prep
             self._prep_in_template = prep
-        return {k: t.copy() for k, t in self._template.items()}
+        return self._views(self._flat.copy())
+
+    def _views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """``{key: [A, *shape]}`` views of the parts of one flat buffer."""
+        return {k: flat[lo:hi].reshape(shape) for k, lo, hi, shape in self._parts}
 
     def build(self, qpos, qvel, seen, lidar, locked, which_locked, held, step: int,
               out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:

@@ -9,6 +9,11 @@ One known difference, in the compiled cast's favour: a ray that lies in the plan
 mesh face (a lidar ray from an eye at z = 0, in the plane of a ramp's base) can graze
 two triangles, and MuJoCo's mesh BVH then sometimes skips the nearer one; the compiled
 cast tests every triangle.
+
+Also here, so that vision's compiled loops and the casts they call share one file (see
+``kernels.py`` on Numba's disk cache): the ray directions and cone test before the casts
+(``line_of_sight``), what the hits mean (``seen_and_lidar``), and the three in one call
+(``sense``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import math
 
 import numpy as np
 
-from jaxsrl.envs.hide_and_seek.kernels import jit
+from jaxsrl.envs.hide_and_seek.kernels import jit  # the decorator only (see kernels.py on the disk cache)
 
 SPHERE, BOX, MESH = 2, 6, 7  # mjtGeom
 _MINVAL = 1e-15  # mjMINVAL
@@ -160,6 +165,29 @@ def _ray_mesh(xpos, xmat, size, g, vert, face, f_lo, f_n, v_lo, px, py, pz, vx, 
 
 
 @jit
+def _box_extent(xmat, size, g):
+    """Half extents (m) along world x, y, z of box geom ``g``'s world-aligned bounding
+    box, widened by rounding margins (1e-6 relative, 1e-9 m)."""
+    s0, s1, s2 = size[g, 0], size[g, 1], size[g, 2]
+    ex = abs(xmat[g, 0]) * s0 + abs(xmat[g, 1]) * s1 + abs(xmat[g, 2]) * s2
+    ey = abs(xmat[g, 3]) * s0 + abs(xmat[g, 4]) * s1 + abs(xmat[g, 5]) * s2
+    ez = abs(xmat[g, 6]) * s0 + abs(xmat[g, 7]) * s1 + abs(xmat[g, 8]) * s2
+    return ex * 1.000001 + 1e-9, ey * 1.000001 + 1e-9, ez * 1.000001 + 1e-9
+
+
+@jit
+def _ray_range(lo_angle, hi_angle, step, n_lidar):
+    """Lidar rays ``a .. b`` (mod ``n_lidar``; ``a`` in ``0 .. n_lidar - 1``, ``a <= b``) whose
+    angles may lie in ``[lo_angle, hi_angle]`` (rad), one ray of margin either side."""
+    a = int(math.floor(lo_angle / step)) - 1
+    b = int(math.ceil(hi_angle / step)) + 1
+    if b - a >= n_lidar:
+        return 0, n_lidar - 1
+    shift = (a // n_lidar) * n_lidar  # shift by whole turns
+    return a - shift, b - shift
+
+
+@jit
 def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, geom_rbound, geoms,
               mesh_vert, mesh_face, mesh_vertadr, mesh_faceadr, mesh_facenum, eyes, eye_body, vec, los_dist,
               ids, hit):
@@ -170,11 +198,12 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
     (m), then ``L = R - K`` horizontal lidar rays, ray ``k`` at 2 pi k / L rad from +x.
     A lidar ray gets the first geom it meets. A line-of-sight ray only needs to know
     whether something meets it before its target's centre: it gets the first geom it meets
-    among those whose bounding sphere (``geom_rbound``) starts before ``los_dist``, -1 if
-    none; geoms beyond cannot change what ``seen_and_lidar`` makes of it. Geoms are tried
-    nearest bounding sphere first, and a ray stops at the first whose sphere starts beyond
-    its best hit; a lidar ray tries only the geoms whose bounding sphere lies within its
-    angle, seen from the origin. Ties go to the lower geom id, as in MuJoCo's loop.
+    among those whose bounds start before ``los_dist``, -1 if none; geoms beyond cannot
+    change what ``seen_and_lidar`` makes of it. A geom's bounds are its world-aligned
+    bounding box for a box (walls and boxes), its bounding sphere (``geom_rbound``)
+    otherwise. Geoms are tried nearest bounds first, and a ray stops at the first whose
+    bounds start beyond its best hit; a lidar ray tries only the geoms whose bounds lie
+    within its angle, seen from the origin. Ties go to the lower geom id, as in MuJoCo's loop.
 
     Args:
       geom_xpos: ``[ngeom, 3]``, geom_xmat: ``[ngeom, 9]`` float64 (``data``).
@@ -200,7 +229,7 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
     n_geoms = geoms.shape[0]
     lo = np.empty(n_geoms, np.int64)  # lidar rays lo..hi (mod L) can meet geom n; hi < lo: none
     hi = np.empty(n_geoms, np.int64)
-    near = np.empty(n_geoms)  # distance (m) from the origin to geom n's bounding sphere
+    near = np.empty(n_geoms)  # distance (m) from the origin to geom n's bounds (a lower bound of any hit)
     order = np.empty(n_geoms, np.int64)  # geoms by near, the origin's own body left out
     for i in range(eyes.shape[0]):
         px, py, pz = eyes[i, 0], eyes[i, 1], eyes[i, 2]
@@ -211,20 +240,34 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
             if geom_body[g] == own:
                 continue
             dx, dy, dz = geom_xpos[g, 0] - px, geom_xpos[g, 1] - py, geom_xpos[g, 2] - pz
-            d = math.sqrt(dx * dx + dy * dy)
-            rb = geom_rbound[g] * 1.000001 + 1e-9  # rounding: a little wider than the sphere
-            near[n] = math.sqrt(d * d + dz * dz) - rb
-            if d <= rb:  # the origin inside the bounding circle: every lidar ray
-                a, b = 0, n_lidar - 1
-            else:
-                centre, half = math.atan2(dy, dx), math.asin(rb / d)
-                a = int(math.floor((centre - half) / step)) - 1
-                b = int(math.ceil((centre + half) / step)) + 1
-                if b - a >= n_lidar:
+            if geom_type[g] == BOX:  # its world-aligned bounding box: tighter than the sphere
+                ex, ey, ez = _box_extent(geom_xmat, geom_size, g)
+                ox, oy = max(abs(dx) - ex, 0.0), max(abs(dy) - ey, 0.0)
+                oz = max(abs(dz) - ez, 0.0)
+                near[n] = math.sqrt(ox * ox + oy * oy + oz * oz)
+                if ox <= 0.0 and oy <= 0.0:  # the origin above or below it: every lidar ray
                     a, b = 0, n_lidar - 1
-                else:  # shift by whole turns: a in 0..L-1, a <= b < a + L
-                    shift = (a // n_lidar) * n_lidar
-                    a, b = a - shift, b - shift
+                else:
+                    centre = math.atan2(dy, dx)
+                    rmin, rmax = math.inf, -math.inf
+                    for sx in (-1.0, 1.0):
+                        for sy in (-1.0, 1.0):
+                            r = math.atan2(dy + sy * ey, dx + sx * ex) - centre
+                            if r > math.pi:
+                                r -= 2.0 * math.pi
+                            elif r < -math.pi:
+                                r += 2.0 * math.pi
+                            rmin, rmax = min(rmin, r), max(rmax, r)
+                    a, b = _ray_range(centre + rmin, centre + rmax, step, n_lidar)
+            else:
+                d = math.sqrt(dx * dx + dy * dy)
+                rb = geom_rbound[g] * 1.000001 + 1e-9  # rounding: a little wider than the sphere
+                near[n] = math.sqrt(d * d + dz * dz) - rb
+                if d <= rb:  # the origin inside the bounding circle: every lidar ray
+                    a, b = 0, n_lidar - 1
+                else:
+                    centre, half = math.atan2(dy, dx), math.asin(rb / d)
+                    a, b = _ray_range(centre - half, centre + half, step, n_lidar)
             lo[n], hi[n] = a, b
             j = m  # insertion sort by near
             while j > 0 and near[order[j - 1]] > near[n]:
@@ -262,3 +305,76 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
                     best, gid = x, g
             ids[i, r] = gid
             hit[i, r] = best
+
+
+@jit
+def line_of_sight(xpos, geom_xpos, qpos, eye_body, tgt_geom, facing, cos_half, vec, dist, in_cone):
+    """Line-of-sight ray directions from each agent's centre to each of its targets.
+
+    Args:
+      xpos: ``[nbody, 3]`` float64 body positions (m), ``data.xpos``.
+      geom_xpos: ``[ngeom, 3]`` float64 geom centres (m), ``data.geom_xpos``.
+      qpos: ``[nq]`` float64; agent ``i``'s yaw (rad) is ``qpos[4 i + 3]``.
+      eye_body: ``[A]`` int body id of each agent.
+      tgt_geom: ``[A, K]`` int geom id of each observer's targets.
+      facing: offset (rad) of the front from the yaw; cos_half: cos of half the cone angle.
+      vec: ``[A, K', 3]`` float64 (``K' >= K``) out: unit direction of each ray (columns ``:K``).
+      dist: ``[A, K]`` float64 out: centre-to-centre distance (m).
+      in_cone: ``[A, K]`` bool out: the target's centre is inside the cone, in the x-y plane.
+    """
+    a, k = tgt_geom.shape
+    for i in range(a):
+        e = eye_body[i]
+        ex, ey, ez = xpos[e, 0], xpos[e, 1], xpos[e, 2]
+        yaw = qpos[4 * i + 3] + facing
+        cy, sy = math.cos(yaw), math.sin(yaw)
+        for c in range(k):
+            g = tgt_geom[i, c]
+            vx, vy, vz = geom_xpos[g, 0] - ex, geom_xpos[g, 1] - ey, geom_xpos[g, 2] - ez
+            planar2 = vx * vx + vy * vy
+            d = math.sqrt(planar2 + vz * vz)
+            dot = vx * cy + vy * sy
+            in_cone[i, c] = dot >= cos_half * math.sqrt(planar2) - 1e-9
+            dist[i, c] = d
+            vec[i, c, 0], vec[i, c, 1], vec[i, c, 2] = vx / d, vy / d, vz / d
+
+
+@jit
+def seen_and_lidar(ids, hit, dist, in_cone, geom_body, tgt_body, lidar_range, seen, lidar):
+    """What each agent sees, and its lidar ranges, from one bundle of ray hits per agent.
+
+    Args:
+      ids: ``[A, K + L]`` int32 geom hit by each ray (-1: none); hit: ``[A, K + L]``
+        float64 distance (m) to it. Columns ``:K`` are the line-of-sight rays, ``K:`` lidar.
+      dist, in_cone: ``[A, K]`` from :func:`line_of_sight`.
+      geom_body: ``[ngeom]`` int body of each geom; tgt_body: ``[A, K]`` body of each target.
+      lidar_range: the range (m) reported where a lidar ray hits nothing.
+      seen: ``[A, K]`` bool out: the first hit lies beyond the target's centre, belongs to
+        the target's body, or there is none; and the target is in the cone.
+      lidar: ``[A, L]`` float32 out: distance to the first hit (not capped), else ``lidar_range``.
+    """
+    a, k = dist.shape
+    n_lidar = lidar.shape[1]
+    for i in range(a):
+        for c in range(k):
+            g = ids[i, c]
+            vis = g < 0 or hit[i, c] >= dist[i, c] - 1e-6 or geom_body[g] == tgt_body[i, c]
+            seen[i, c] = vis and in_cone[i, c]
+        for j in range(n_lidar):
+            lidar[i, j] = hit[i, k + j] if ids[i, k + j] >= 0 else lidar_range
+
+
+@jit
+def sense(xpos, geom_xpos, geom_xmat, qpos, eye_ids, tgt_geom, facing, cos_half, geom_size, geom_type, geom_body,
+           geom_mesh, geom_rbound, ray_geoms, mesh_vert, mesh_face, mesh_vertadr, mesh_faceadr, mesh_facenum,
+           tgt_body, lidar_range, vec, dist, in_cone, eyes, ids, hit, seen, lidar):
+    """``line_of_sight``, ``cast_rays`` and ``seen_and_lidar`` in one compiled call (their
+    arguments; ``eyes``: ``[A, 3]`` scratch for the agents' centres)."""
+    for i in range(eye_ids.shape[0]):
+        for c in range(3):
+            eyes[i, c] = xpos[eye_ids[i], c]
+    line_of_sight(xpos, geom_xpos, qpos, eye_ids, tgt_geom, facing, cos_half, vec, dist, in_cone)
+    cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, geom_rbound, ray_geoms,
+                      mesh_vert, mesh_face, mesh_vertadr, mesh_faceadr, mesh_facenum, eyes, eye_ids, vec, dist,
+                      ids, hit)
+    seen_and_lidar(ids, hit, dist, in_cone, geom_body, tgt_body, lidar_range, seen, lidar)

@@ -71,14 +71,16 @@ def _arms(cfg: HideAndSeekConfig, name: str, rgba: str) -> str:
     )
 
 
-def build_mjcf(cfg: HideAndSeekConfig, layout: Layout) -> str:
-    """MJCF text of the scene. Initial poses are not in the XML: the env writes qpos."""
+def build_mjcf(cfg: HideAndSeekConfig, layout: Layout, arena_bytes: int | None = None) -> str:
+    """MJCF text of the scene. Initial poses are not in the XML: the env writes qpos.
+    ``arena_bytes``: the ``MjData`` arena (``<size memory>``); None: MuJoCo's default."""
     n_h, n_s = len(layout.hiders), len(layout.seekers)
     n_b, n_r = len(layout.boxes), len(layout.ramps)
     out = [
         '<mujoco model="hide_and_seek">',
         f'<option timestep="{cfg.timestep:g}" gravity="0 0 {cfg.gravity:g}">'
         f'<flag sleep="{"enable" if cfg.physics_sleep else "disable"}"/></option>',
+        f'<size memory="{int(arena_bytes)}"/>' if arena_bytes else "",
         '<default><geom condim="3"/></default>',
         f'<asset><mesh name="ramp" vertex="{_f(ramp_vertices(cfg.ramp_size))}"/></asset>',
         "<worldbody>",
@@ -151,9 +153,10 @@ class SceneIndex:
         return agent * self.n_objects + obj
 
 
-def compile_scene(cfg: HideAndSeekConfig, layout: Layout) -> tuple[mujoco.MjModel, SceneIndex]:
-    """Compile the layout's MJCF (about 1 ms) and map its ids."""
-    model = mujoco.MjModel.from_xml_string(build_mjcf(cfg, layout))
+def compile_scene(cfg: HideAndSeekConfig, layout: Layout,
+                  arena_bytes: int | None = None) -> tuple[mujoco.MjModel, SceneIndex]:
+    """Compile the layout's MJCF (about 2 ms) and map its ids (``arena_bytes``: ``build_mjcf``)."""
+    model = mujoco.MjModel.from_xml_string(build_mjcf(cfg, layout, arena_bytes))
     names = (
         [f"hider_{i}" for i in range(len(layout.hiders))]
         + [f"seeker_{i}" for i in range(len(layout.seekers))]

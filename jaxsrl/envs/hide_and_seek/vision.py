@@ -17,7 +17,7 @@ metres, also beyond ``lidar_range``, and ``lidar_range`` where nothing is hit.
 The rays are cast by a compiled loop that follows MuJoCo's ``mj_ray`` for spheres,
 boxes and meshes (``raycast.cast_rays``; ``Vision.mujoco_rays`` casts the same bundle with
 ``mujoco.mj_multiRay``, the reference it is tested against); the arithmetic around them
-is two compiled loops (``kernels.py``).
+is two compiled loops, and the three run as one call (``raycast.sense``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from jaxsrl.envs.hide_and_seek import kernels, raycast
+from jaxsrl.envs.hide_and_seek import raycast
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
 from jaxsrl.envs.hide_and_seek.scene import GROUP_AGENT, GROUP_BOX, GROUP_RAMP, GROUP_WALL, SceneIndex
 
@@ -100,6 +100,13 @@ class Vision:
         """``[A, N - 1]`` distances (m) from each agent's centre to the centre of each of its
         targets (columns as ``seen``) at the last ``sense``. Overwritten by the next."""
         self._shape = (a, n)
+        self._eyes = np.empty((a, 3))
+        m = model  # views of the model's arrays, fetched once (the model outlives the episode)
+        self._sense_args = (self._eye_ids, self._tgt_geom, self._facing, self._cos_half, m.geom_size, m.geom_type,
+                            self._geom_body, m.geom_dataid, m.geom_rbound, self._ray_geoms, self._mesh_vert,
+                            m.mesh_face, m.mesh_vertadr, m.mesh_faceadr, m.mesh_facenum, self._tgt_body,
+                            self._lidar_range, self._vec, self._dist, self._in_cone, self._eyes, self._ids, self._hit)
+        self._data_arrays = None  # (data, its arrays) of the last sense
 
     def mujoco_rays(self, data: mujoco.MjData, ids: np.ndarray, hit: np.ndarray) -> None:
         """The ray bundle cast by ``mujoco.mj_multiRay``, one call per observer, into
@@ -119,20 +126,18 @@ class Vision:
         """``lidar``: optional ``[A, n_lidar]`` float32 C-contiguous array to write the
         ranges into (returned); a new one otherwise. ``seen`` is a new array every call."""
         a, k = self._shape[0], self._k
-        kernels.line_of_sight(data.xpos, data.geom_xpos, data.qpos, self._eye_ids, self._tgt_geom,
-                              self._facing, self._cos_half, self._vec, self._dist, self._in_cone)
-        ids, hit = self._ids, self._hit
-        if self.compiled_rays:
-            m = self._model
-            raycast.cast_rays(data.geom_xpos, data.geom_xmat, m.geom_size, m.geom_type, self._geom_body,
-                              m.geom_dataid, m.geom_rbound, self._ray_geoms, self._mesh_vert, m.mesh_face,
-                              m.mesh_vertadr, m.mesh_faceadr, m.mesh_facenum, data.xpos[self._eye_sl],
-                              self._eye_ids, self._vec, self._dist, ids, hit)
-        else:
-            self.mujoco_rays(data, ids, hit)
-        seen = np.empty((a, k), np.bool_)
         if lidar is None:
             lidar = np.empty((a, self._n_lidar), np.float32)
-        kernels.seen_and_lidar(ids, hit, self._dist, self._in_cone, self._geom_body, self._tgt_body,
+        seen = np.empty((a, k), np.bool_)
+        if self.compiled_rays:  # one compiled call
+            if self._data_arrays is None or self._data_arrays[0] is not data:
+                self._data_arrays = (data, (data.xpos, data.geom_xpos, data.geom_xmat, data.qpos))
+            raycast.sense(*self._data_arrays[1], *self._sense_args, seen, lidar)
+            return seen, lidar
+        raycast.line_of_sight(data.xpos, data.geom_xpos, data.qpos, self._eye_ids, self._tgt_geom,
+                              self._facing, self._cos_half, self._vec, self._dist, self._in_cone)
+        ids, hit = self._ids, self._hit
+        self.mujoco_rays(data, ids, hit)
+        raycast.seen_and_lidar(ids, hit, self._dist, self._in_cone, self._geom_body, self._tgt_body,
                                self._lidar_range, seen, lidar)
         return seen, lidar

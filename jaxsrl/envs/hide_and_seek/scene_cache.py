@@ -1,0 +1,203 @@
+"""Compiled scenes kept across episodes: a layout is laid out on a model built once.
+
+Compiling an episode's MJCF and allocating its ``MjData`` cost about 5 ms per reset (60 µs
+per quadrant step). ``SceneCache`` compiles one model per *structure* (the numbers of
+hiders, seekers, boxes and ramps: one for the quadrant game, up to 3 x 3 x 7 for the
+full game, each built the first time an episode needs it, at most ``MAX_SCENES`` kept) and lays every later episode
+with that structure out on it:
+
+- walls are static geoms of the world body; the model holds ``n_walls`` of them (grown
+  and recompiled when a layout has more). Those the layout uses get its positions and
+  sizes, rounded to the 6 significant digits the MJCF text carries (``scene._f``); the
+  rest are switched off: no contacts (``contype = conaffinity = 0``), invisible to rays
+  (group ``UNUSED_GROUP`` and alpha 0), parked below the floor.
+- a box of a size the model was not built with takes the compiled values (size, bounding
+  sphere and box, mass, inertia and its frame) from a one-box model of that size, compiled
+  once per size; ``mj_setConst`` then recomputes what the compiler derives from them.
+- the ``MjData`` of the structure is reused (``mj_resetData``); its arena is sized by
+  ``ARENA_BYTES`` instead of MuJoCo's default of about 15 MiB.
+- grab and lock edit the model (weld poses, joint limits); ``layout`` switches every weld
+  off and every limit off again.
+
+``tests/unit/test_hide_and_seek_scene_cache.py`` checks that a laid-out model equals the
+one compiled from the layout's own MJCF, field by field, bit for bit, and that both step
+to the same bits; the reference trace (``tests/unit/test_hide_and_seek_reference.py``)
+runs through the cache.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import mujoco
+import numpy as np
+
+from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
+from jaxsrl.envs.hide_and_seek.layout import Layout
+from jaxsrl.envs.hide_and_seek.scene import SceneIndex, build_mjcf, compile_scene
+
+UNUSED_GROUP = 5
+"""Geom group of the switched-off walls: in no group the ray casts look at."""
+ARENA_BYTES = 4 << 20
+"""``MjData`` arena (bytes) per scene: the busiest full-game episodes of random play use
+about 0.2 MiB (contacts and constraint rows), MuJoCo's default is about 15 MiB."""
+MAX_SCENES = 24
+"""Structures a ``SceneCache`` keeps by default: about 22 MB per env at most; the full
+game's 63 structures (1-3 hiders, 1-3 seekers, 3-9 boxes) then hit about 40% of resets,
+and a miss compiles (about 2.5 ms, some 10 µs per full-game step)."""
+_PARKED_Z = -10.0
+_MAX_WALL_SETS = 4096
+
+
+def _r6(values) -> np.ndarray:
+    """``values`` as the MJCF text carries them (``%.6g``, ``scene._f``), as float64."""
+    return np.array([float(f"{float(v):.6g}") for v in np.ravel(values)], np.float64)
+
+
+@dataclasses.dataclass
+class _Scene:
+    model: mujoco.MjModel
+    data: mujoco.MjData
+    index: SceneIndex  # n_walls: the model's wall slots
+    wall_geoms: np.ndarray  # [n_walls] geom ids
+    box_sizes: np.ndarray  # [B, 3] the sizes the model's boxes have now
+    wall_contype: int
+    wall_conaffinity: int
+    wall_rgba: np.ndarray
+    eq_data: np.ndarray  # as compiled (grab rewrites the welds' poses)
+
+
+class SceneCache:
+    """One compiled model and ``MjData`` per team and object counts, reused across episodes.
+
+    Args:
+      cfg: the game's settings (the same for every layout given to ``layout``).
+      min_walls: wall slots of a new model (more if a layout needs them).
+      max_scenes: structures kept (least recently used dropped first); each costs about
+        0.9 MB resident (model, data and the arena's used part). The full game has 63.
+
+    Raises:
+      ValueError: ``max_scenes`` < 1.
+    """
+
+    def __init__(self, cfg: HideAndSeekConfig, min_walls: int = 8, max_scenes: int = MAX_SCENES):
+        if max_scenes < 1:
+            raise ValueError(f"max_scenes must be >= 1, got {max_scenes!r}")
+        self._cfg = cfg
+        self._min_walls = int(min_walls)
+        self._max_scenes = int(max_scenes)
+        self._scenes: collections.OrderedDict[tuple[int, int, int, int], _Scene] = collections.OrderedDict()
+        self._box_templates: dict[bytes, mujoco.MjModel] = {}
+        self._world_bvh: dict[bytes, tuple[np.ndarray, ...]] = {}
+
+    def _walls_bvh(self, walls: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The world body's bounding volume hierarchy (``bvh_aabb``, ``bvh_child``,
+        ``bvh_nodeid``, ``bvh_depth`` rows) as the compiler builds it for the floor and
+        ``walls``, from a model of the floor and walls alone (its geom ids are those of
+        the full scene's floor and first walls); kept per wall set."""
+        key = walls.tobytes()
+        hit = self._world_bvh.get(key)
+        if hit is None:
+            if len(self._world_bvh) >= _MAX_WALL_SETS:
+                self._world_bvh.clear()
+            empty = np.zeros((0, 3))
+            only = Layout(walls=walls, hiders=empty, seekers=empty, boxes=empty, box_sizes=empty, ramps=empty)
+            t = mujoco.MjModel.from_xml_string(build_mjcf(self._cfg, only))
+            n = int(t.body_bvhnum[0])
+            hit = self._world_bvh[key] = (t.bvh_aabb[:n].copy(), t.bvh_child[:n].copy(), t.bvh_nodeid[:n].copy(),
+                                          t.bvh_depth[:n].copy())
+        return hit
+
+    def __len__(self) -> int:
+        return len(self._scenes)
+
+    def _compile(self, layout: Layout, n_walls: int) -> _Scene:
+        padded = dataclasses.replace(layout, walls=np.concatenate(
+            [layout.walls, np.tile([0.0, 0.0, 0.01, 0.01, 0.02], (n_walls - len(layout.walls), 1))]))
+        model, idx = compile_scene(self._cfg, padded, arena_bytes=ARENA_BYTES)
+        walls = np.array([mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, f"wall_{k}") for k in range(n_walls)],
+                         np.intp)
+        w0 = int(walls[0])
+        scene = _Scene(model, mujoco.MjData(model), idx, walls, layout.box_sizes.copy(),
+                       int(model.geom_contype[w0]), int(model.geom_conaffinity[w0]), model.geom_rgba[w0].copy(), model.eq_data.copy())
+        return scene
+
+    def _box_template(self, size: np.ndarray) -> mujoco.MjModel:
+        key = _r6(size).tobytes()
+        if key not in self._box_templates:
+            one = Layout(walls=np.zeros((0, 5)), hiders=np.zeros((1, 3)), seekers=np.zeros((1, 3)),
+                         boxes=np.zeros((1, 3)), box_sizes=np.asarray(size, np.float64).reshape(1, 3),
+                         ramps=np.zeros((0, 3)))
+            self._box_templates[key] = mujoco.MjModel.from_xml_string(build_mjcf(self._cfg, one))
+        return self._box_templates[key]
+
+    def layout(self, layout: Layout) -> tuple[mujoco.MjModel, mujoco.MjData, SceneIndex]:
+        """The model, its reset ``MjData`` and index for ``layout`` (qpos not yet written).
+
+        The returned ``SceneIndex`` has the layout's ``n_walls``; the model may hold more
+        wall geoms (switched off). Objects returned earlier for the same counts are the
+        same objects, now laid out anew.
+        """
+        key = (len(layout.hiders), len(layout.seekers), len(layout.boxes), len(layout.ramps))
+        scene = self._scenes.get(key)
+        n = len(layout.walls)
+        if scene is None or scene.index.n_walls < n:
+            scene = self._scenes[key] = self._compile(layout, max(n, self._min_walls))
+            while len(self._scenes) > self._max_scenes:
+                self._scenes.popitem(last=False)
+        self._scenes.move_to_end(key)
+        m, d, idx = scene.model, scene.data, scene.index
+        # walls
+        g = scene.wall_geoms
+        used, unused = g[:n], g[n:]
+        if n:
+            w = layout.walls
+            m.geom_pos[used] = _r6(np.stack([w[:, 0], w[:, 1], w[:, 4] / 2], 1)).reshape(-1, 3)
+            size = _r6(np.stack([w[:, 2], w[:, 3], w[:, 4] / 2], 1)).reshape(-1, 3)
+            m.geom_size[used] = size
+            m.geom_aabb[used, :3] = 0.0
+            m.geom_aabb[used, 3:] = size
+            m.geom_rbound[used] = np.sqrt(np.einsum("ij,ij->i", size, size))
+            m.geom_contype[used] = scene.wall_contype
+            m.geom_conaffinity[used] = scene.wall_conaffinity
+            m.geom_group[used] = 1
+            m.geom_rgba[used] = scene.wall_rgba
+        if len(unused):
+            m.geom_pos[unused] = (0.0, 0.0, _PARKED_Z)
+            m.geom_contype[unused] = 0
+            m.geom_conaffinity[unused] = 0
+            m.geom_group[unused] = UNUSED_GROUP
+            m.geom_rgba[unused, 3] = 0.0
+        # the world body's BVH (midphase collision) over the floor and the used walls
+        aabb, child, nodeid, depth = self._walls_bvh(layout.walls)
+        k, lo = len(aabb), int(m.body_bvhadr[0])
+        m.bvh_aabb[lo:lo + k], m.bvh_child[lo:lo + k] = aabb, child
+        m.bvh_nodeid[lo:lo + k], m.bvh_depth[lo:lo + k] = nodeid, depth
+        m.body_bvhnum[0] = k
+        # boxes
+        sizes = np.asarray(layout.box_sizes, np.float64).reshape(-1, 3)
+        changed = np.flatnonzero(np.any(sizes != scene.box_sizes, axis=1))
+        a = idx.n_agents
+        for b in changed:
+            t = self._box_template(sizes[b])
+            body, geom = int(idx.body[a + b]), int(idx.geom[a + b])
+            tb, tg = 3, int(mujoco.mj_name2id(t, mujoco.mjtObj.mjOBJ_GEOM, "box_0"))  # world, hider, seeker, box
+            for name in ("mass", "inertia", "ipos", "iquat"):
+                getattr(m, f"body_{name}")[body] = getattr(t, f"body_{name}")[tb]
+            for name in ("size", "rbound", "aabb", "pos", "quat"):
+                getattr(m, f"geom_{name}")[geom] = getattr(t, f"geom_{name}")[tg]
+        if len(changed):
+            scene.box_sizes = sizes.copy()
+        # what grab and lock changed in the last episode
+        m.jnt_limited[:] = 0
+        m.jnt_range[:] = 0.0
+        m.eq_data[:] = scene.eq_data
+        mujoco.mj_resetData(m, d)
+        if len(changed):
+            mujoco.mj_setConst(m, d)
+            # the compiler's mean inertia (the solver's tolerance scale), which mj_setConst
+            # leaves alone: the diagonal of M at qpos0 summed in dof order, over nv
+            m.stat.meaninertia = float(np.add.accumulate(m.dof_M0)[-1]) / m.nv
+            mujoco.mj_resetData(m, d)
+        return m, d, dataclasses.replace(idx, n_walls=n)
