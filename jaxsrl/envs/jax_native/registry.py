@@ -11,7 +11,8 @@ from jaxsrl.envs.jax_native import split_id
 
 def make(env_id: str, env_kwargs: dict | None = None, clip_actions: bool = True) -> Any:
     """The batched pure environment (:class:`~jaxsrl.envs.jax_native.gymnax_env.GymnaxEnv`,
-    :class:`~jaxsrl.envs.jax_native.brax_env.BraxEnv`) of a JAX-native ``env_id``.
+    :class:`~jaxsrl.envs.jax_native.brax_env.BraxEnv`,
+    :class:`~jaxsrl.envs.jax_native.jaxmarl_env.JaxMarlEnv`) of a JAX-native ``env_id``.
 
     Raises:
       ValueError: not a JAX-native id, its library is not installed (the message names
@@ -24,6 +25,9 @@ def make(env_id: str, env_kwargs: dict | None = None, clip_actions: bool = True)
     if library == "brax":
         from jaxsrl.envs.jax_native import brax_env
         return brax_env.BraxEnv(name, env_kwargs, clip_actions)
+    if library == "jaxmarl":
+        from jaxsrl.envs.jax_native import jaxmarl_env
+        return jaxmarl_env.JaxMarlEnv(name, env_kwargs, clip_actions)
     raise AssertionError(library)  # split_id accepts only the prefixes handled here
 
 
