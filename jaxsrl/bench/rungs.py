@@ -25,7 +25,7 @@ from jaxsrl.bench.memory import MemorySampler
 RUNGS = ("raw_env", "physics", "transport", "inference", "server_only", "learner", "end_to_end",
          "scaling", "replay")
 #: valid in ``--rungs`` but not run by default (their own configs, minutes each)
-OPT_IN_RUNGS = ("offpolicy",)
+OPT_IN_RUNGS = ("offpolicy", "device_actors")
 
 
 @dataclasses.dataclass
@@ -148,6 +148,11 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
     if "replay" in opts.rungs:
         rungs["replay"] = _guard("rung 7, replay buffer", lambda: replay.measure_for(
             get_built(), opts.rung_s), log)
+
+    if "device_actors" in opts.rungs:  # rung 10: gymnax CartPole's compiled rollout, by batch
+        from jaxsrl.bench import device_rollout
+        rungs["device_actors"] = _guard("rung 10, device actors", lambda: device_rollout.measure(
+            duration_s=opts.rung_s, seed=cfg.seed), log)
 
     workdir = opts.workdir or tempfile.mkdtemp(prefix="jaxsrl-bench-")
     try:
