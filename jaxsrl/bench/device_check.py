@@ -15,7 +15,9 @@ entity network) it measures
   (parameters and carry on the device, the result fetched to host as the inference
   server does), for each ``R`` in ``--act_rows``;
 
-then one end-to-end hide-and-seek run (rung 5: actors on this machine's CPU cores, the
+then rung 11, the device actors' compiled rollout loop on gymnax ``CartPole-v1`` by
+batch size (:mod:`jaxsrl.bench.device_rollout`; a skipped line without gymnax), and one
+end-to-end hide-and-seek run (rung 5: actors on this machine's CPU cores, the
 learner and inference on its accelerator). It writes ``docs/benchmarks_gpu.md`` (and the
 JSON beside it): the device, then one table per measurement. The scaling model
 (``docs/scaling.md``) assumes GPU rates until this file exists.
@@ -34,7 +36,7 @@ import time
 import jax
 import numpy as np
 
-from jaxsrl.bench import agentfns, learner
+from jaxsrl.bench import agentfns, device_rollout, learner
 from jaxsrl.core.paths import REPO_ROOT, child_env
 from jaxsrl.experiment.config import load_config
 from jaxsrl.parallel import devices
@@ -82,12 +84,13 @@ def measure_act(built, rows: int, duration_s: float, min_calls: int = 3) -> dict
 
 
 def run(networks: list[str], batch_segments: list[int], act_rows: list[int], duration_s: float,
-        e2e_s: float, save=lambda result: None) -> dict:
+        e2e_s: float, save=lambda result: None, device_envs: tuple = ()) -> dict:
     """Every measurement of the module docstring; returns the JSON report. ``save`` is
     called with the report so far after each measurement (a time limit keeps those)."""
     dev = jax.devices()[0]
     result = {"device": f"{dev.platform}: {dev.device_kind} x {jax.device_count()}",
-              "jax": jax.__version__, "learn": [], "act": [], "end_to_end": None}
+              "jax": jax.__version__, "learn": [], "act": [], "device_actors": None,
+              "end_to_end": None}
     for name in networks:
         for B in batch_segments:
             # A fixed budget: the LR schedule's planned steps stay in int32 at any B.
@@ -103,6 +106,10 @@ def run(networks: list[str], batch_segments: list[int], act_rows: list[int], dur
             result["act"].append({"network": name, **row})
             print(f"[device_check] act {name} R={R}: {row['rows_per_s']:,.0f} rows/s", flush=True)
             save(result)
+    if device_envs:  # rung 11: environments and policy in one compiled rollout
+        result["device_actors"] = device_rollout.measure(batches=device_envs, duration_s=duration_s)
+        print(f"[device_check] device actors: {result['device_actors']}", flush=True)
+        save(result)
     if e2e_s > 0:  # the bench's own rung 5, in a child process like any bench run
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "e2e.json")
@@ -130,6 +137,16 @@ def render(result: dict, command: str) -> str:
     for r in result["act"]:
         lines.append(f"| {r['network']} | {r['rows']} | {r['calls_per_s']:,.1f} | {r['rows_per_s']:,.0f} | "
                      f"{r['call_ms_p50']:.2f} | {r['compile_s']:.1f} |")
+    dev = result.get("device_actors")
+    if dev and "skipped" in dev:
+        lines += ["", "## device actors (rung 11)", "", dev["skipped"]]
+    elif dev:
+        lines += ["", f"## device actors (rung 11): {dev['env']}, compiled rollout of "
+                  f"{dev['segment_length']} steps with PPO's act", "",
+                  "| envs | env steps/s | calls | compile s |", "|---|---|---|---|"]
+        for r in dev["points"]:
+            lines.append(f"| {r['num_envs']} | {r['env_steps_per_s']:,.0f} | {r['calls']} | "
+                         f"{r['compile_s']:.1f} |")
     e2e = result["end_to_end"]
     if e2e:
         lines += ["", "## end to end, hide-and-seek (quadrant), actors on this machine's CPU", "",
@@ -148,11 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch_segments", default="64,512", help="learn batch sizes B")
     p.add_argument("--act_rows", default="16,256,2048", help="act batch sizes (rows)")
     p.add_argument("--seconds", type=float, default=1.5, help="measured seconds per row")
+    p.add_argument("--device_envs", default=",".join(map(str, device_rollout.BATCHES)),
+                   help="device actors: environments per compiled rollout ('' to skip)")
     p.add_argument("--e2e_s", type=float, default=30.0, help="end-to-end seconds (0: skip)")
     p.add_argument("--out", default=DEFAULT_OUT, help="Markdown report ('' to skip; JSON beside it)")
     args = p.parse_args(argv)
     if args.quick:
         args.networks, args.batch_segments, args.act_rows = "cartpole_mlp", "8", "16"
+        args.device_envs = "8"
         args.seconds, args.e2e_s = 0.3, 0.0
     networks = [n for n in args.networks.split(",") if n]
     unknown = sorted(set(networks) - set(NETWORKS))
@@ -170,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(result, f, indent=1)
 
     result = run(networks, [int(b) for b in args.batch_segments.split(",")],
-                 [int(r) for r in args.act_rows.split(",")], args.seconds, args.e2e_s, save)
+                 [int(r) for r in args.act_rows.split(",")], args.seconds, args.e2e_s, save,
+                 tuple(int(n) for n in args.device_envs.split(",") if n))
     print(render(result, command))
     return 0
 

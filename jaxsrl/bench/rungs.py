@@ -25,7 +25,7 @@ from jaxsrl.bench.memory import MemorySampler
 RUNGS = ("raw_env", "physics", "transport", "inference", "server_only", "learner", "end_to_end",
          "scaling", "replay")
 #: valid in ``--rungs`` but not run by default (their own configs, minutes each)
-OPT_IN_RUNGS = ("offpolicy", "fan_in")
+OPT_IN_RUNGS = ("offpolicy", "fan_in", "device_actors")
 
 
 @dataclasses.dataclass
@@ -159,6 +159,11 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
         rungs["fan_in"] = _guard("rung 10, fan in", lambda: fan_in.measure(
             opts.fan_in_actors, client_procs=opts.fan_in_client_procs, rate=opts.fan_in_rate,
             duration_s=opts.rung_s, warmup_s=2 * opts.warmup_s, host=cfg.host, log=log), log)
+
+    if "device_actors" in opts.rungs:  # rung 11: gymnax CartPole's compiled rollout, by batch
+        from jaxsrl.bench import device_rollout
+        rungs["device_actors"] = _guard("rung 11, device actors", lambda: device_rollout.measure(
+            duration_s=opts.rung_s, seed=cfg.seed), log)
 
     workdir = opts.workdir or tempfile.mkdtemp(prefix="jaxsrl-bench-")
     try:

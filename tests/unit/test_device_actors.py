@@ -233,3 +233,15 @@ def test_a_terminal_step_at_the_time_limit_is_terminated_not_truncated():
     np.testing.assert_array_equal(out.truncated, [False, True])
     assert not np.asarray(out.final_obs[0]).any() and np.asarray(out.final_obs[1]).any()
     np.testing.assert_array_equal(out.episode_length, [MAX_STEPS, MAX_STEPS])
+
+
+def test_put_env_carry_gives_every_leaf_its_own_buffer():
+    """A reset that hands one array out as several leaves (Brax's envs share one zeros
+    array for reward, done and metrics) must not reach the donating fused step as one
+    buffer twice ("Attempt to donate the same buffer twice", seen on brax:halfcheetah)."""
+    from jaxsrl.parallel import devices
+    from jaxsrl.workers.device.fused import put_env_carry
+    z = jnp.zeros(4)
+    carry = put_env_carry((z, z, {"a": z}), devices.local_mesh())
+    ptrs = {x.addressable_shards[0].data.unsafe_buffer_pointer() for x in jax.tree.leaves(carry)}
+    assert len(ptrs) == 3

@@ -20,3 +20,17 @@ def test_quick_mode_writes_the_report(tmp_path):
 def test_unknown_network_is_refused(capsys):
     assert device_check.main(["--networks=nope", "--out="]) == 2
     assert "unknown networks ['nope']" in capsys.readouterr().err
+
+
+def test_quick_mode_measures_device_actors_or_says_why_not(tmp_path):
+    """Rung 10: the compiled rollout of gymnax CartPole, or one line naming the extra."""
+    out = tmp_path / "gpu.md"
+    assert device_check.main(["--quick", f"--out={out}"]) == 0
+    dev = json.loads((tmp_path / "gpu.json").read_text())["device_actors"]
+    text = out.read_text()
+    if "skipped" in dev:
+        assert "jaxsrl[gymnax]" in dev["skipped"] and dev["skipped"] in text
+    else:
+        (point,) = dev["points"]
+        assert point["num_envs"] == 8 and point["env_steps_per_s"] > 0
+        assert "| 8 |" in text and "gymnax:CartPole-v1" in text

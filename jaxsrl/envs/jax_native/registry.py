@@ -1,4 +1,5 @@
-"""The JAX-native environment of an ``--env`` id (``gymnax:CartPole-v1``): one place
+"""The JAX-native environment of an ``--env`` id (``gymnax:CartPole-v1``,
+``brax:halfcheetah``): one place
 that maps a library prefix to its adapter, imported only when used."""
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from jaxsrl.envs.jax_native import split_id
 
 
 def make(env_id: str, env_kwargs: dict | None = None, clip_actions: bool = True) -> Any:
-    """The batched pure environment (:class:`~jaxsrl.envs.jax_native.gymnax_env.GymnaxEnv`)
-    of a JAX-native ``env_id``.
+    """The batched pure environment (:class:`~jaxsrl.envs.jax_native.gymnax_env.GymnaxEnv`,
+    :class:`~jaxsrl.envs.jax_native.brax_env.BraxEnv`,
+    :class:`~jaxsrl.envs.jax_native.jaxmarl_env.JaxMarlEnv`) of a JAX-native ``env_id``.
 
     Raises:
       ValueError: not a JAX-native id, its library is not installed (the message names
@@ -20,6 +22,12 @@ def make(env_id: str, env_kwargs: dict | None = None, clip_actions: bool = True)
     if library == "gymnax":
         from jaxsrl.envs.jax_native import gymnax_env
         return gymnax_env.GymnaxEnv(name, env_kwargs, clip_actions)
+    if library == "brax":
+        from jaxsrl.envs.jax_native import brax_env
+        return brax_env.BraxEnv(name, env_kwargs, clip_actions)
+    if library == "jaxmarl":
+        from jaxsrl.envs.jax_native import jaxmarl_env
+        return jaxmarl_env.JaxMarlEnv(name, env_kwargs, clip_actions)
     raise AssertionError(library)  # split_id accepts only the prefixes handled here
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxsrl.parallel import devices
@@ -44,5 +45,8 @@ def jit_fused_step(step: Callable, mesh: Mesh) -> Callable:
 
 
 def put_env_carry(env_carry: Any, mesh: Mesh) -> Any:
-    """Place an environment carry with its leading (environment) axis split over ``mesh``."""
-    return devices.put_batch(env_carry, mesh)
+    """Place an environment carry with its leading (environment) axis split over ``mesh``,
+    every leaf in a buffer of its own: a ``reset`` may hand one array out as several
+    leaves (Brax's envs use one zeros array for reward, done and metrics), and the
+    donated carry of :func:`jit_fused_step` must not hold a buffer twice."""
+    return devices.put_batch(jax.tree.map(jnp.copy, env_carry), mesh)
