@@ -42,6 +42,7 @@ import zmq
 from jaxsrl.bench import agentfns
 from jaxsrl.bench.fan_in_clients import EDGES
 from jaxsrl.bench.server_only import trivial_act
+from jaxsrl.bench.procs import end_clients
 from jaxsrl.core.limits import raise_fd_limit
 from jaxsrl.core.paths import CONFIG_DIR
 from jaxsrl.experiment.config import load_config
@@ -220,18 +221,8 @@ def point(w: Workload, actors: int, client_procs: int, rate: float, duration_s: 
         server.raise_error()
         if receiver.error is not None:
             raise RuntimeError(f"the sample receiver failed: {receiver.error!r}")
-        for p in procs:
-            p.stdin.write("stop\n")
-            p.stdin.flush()
-        for p in procs:
-            p.wait(30)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            for pipe in (p.stdin, p.stdout, p.stderr):
-                pipe.close()
+        end_clients(procs, 30)
         server.stop.set()
         receiver.stop.set()
         thread.join(30)

@@ -31,13 +31,36 @@ def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> int | None:
     close its pipes; returns the exit code."""
     stop_all([ChildProcess("bench child", {}, proc=proc)], grace_s)
     proc.wait()
+    _close_pipes(proc)
+    return proc.returncode
+
+
+def _close_pipes(proc: subprocess.Popen) -> None:
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
             try:
                 pipe.close()
             except OSError:
                 pass
-    return proc.returncode
+
+
+def end_clients(procs: list, wait_s: float) -> None:
+    """End bench client processes: tell each one still running to ``stop`` (a line on its
+    stdin), wait up to ``wait_s`` seconds for each, kill any left, close every pipe."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                proc.stdin.write("stop\n")
+                proc.stdin.flush()
+            except OSError:  # it is exiting already
+                pass
+    for proc in procs:
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        _close_pipes(proc)
 
 
 def read_json_line(proc: subprocess.Popen, what: str) -> dict:

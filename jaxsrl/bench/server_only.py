@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import psutil
 
+from jaxsrl.bench.procs import end_clients
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.launch.processes import local_spawner
 from jaxsrl.parallel import devices
@@ -142,17 +143,8 @@ def _point(worker: PolicyWorker, thread: threading.Thread, metrics: MetricsAccum
         c1, t1, cpu1, th1 = _count(procs), time.perf_counter(), _cpu_s(), \
             _threads_cpu_s(thread.native_id)
         record = metrics.snapshot(t1 - t0)
-        for proc in procs:
-            _tell(proc, "stop")
-        for proc in procs:
-            proc.wait(10)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                pipe.close()
+        end_clients(procs, 10)
     worker.raise_error()
     seconds, cpu = t1 - t0, max(cpu1 - cpu0, 1e-9)
     by_proc = [b["replies"] - a["replies"] for a, b in zip(c0, c1)]
