@@ -106,6 +106,8 @@ def make_rollout(env: Any, act: Callable, segment_length: int,
             if recurrent:  # a new episode starts from the initial carry
                 agent_carry = reset_carry(agent_carry, out.terminated | out.truncated,
                                           initial_carry)
+            else:  # feed-forward: whatever act hands back is not carried
+                agent_carry = None
             return (carry, agent_carry), (obs, action.astype(action_dtype), extras["logp"], out)
 
         keys = jax.random.split(rng, segment_length)
