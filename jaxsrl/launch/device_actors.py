@@ -13,11 +13,17 @@ checkpoints in ``checkpoints/<policy>/<version>`` holding ``{"agent", "rng"}`` a
 trainer's do, ``--resume``, ``--target_return`` and Ctrl-C/SIGTERM (a checkpoint, then
 the closing metrics line).
 
-Not here yet (refused with a one-line error): off-policy and recurrent agents,
-populations, self-play, ``[dataflow]`` tables, several learner processes, Ray, remote
-inference and periodic evaluation. ``--num_actors``, ``--envs_per_actor`` and
-``--ring_size`` do not apply: the device actors step ``batch_segments`` environments,
-one segment per row of each update.
+Recurrent agents (``initial_carry`` not ``None``) run too: their carry travels with
+the environments' from step to step and segment to segment
+(:class:`~jaxsrl.workers.device.rollout.RecurrentCarry`), reset where an episode ended,
+and each trajectory holds its segments' first carry, as the CPU actors send it.
+
+Not here yet (refused with a one-line error): off-policy agents (their device actors
+would write into an on-device replay, which does not exist yet), populations,
+self-play, ``[dataflow]`` tables, several learner processes, Ray, remote inference
+and periodic evaluation. ``--num_actors``, ``--envs_per_actor`` and ``--ring_size``
+do not apply: the device actors step ``batch_segments`` environments, one segment per
+row of each update.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.parallel import devices
 from jaxsrl.parallel.compile_cache import enable_compilation_cache
 from jaxsrl.workers.device.fused import jit_fused_step, make_fused_step, put_env_carry
-from jaxsrl.workers.device.rollout import make_rollout
+from jaxsrl.workers.device.rollout import initial_rollout_carry, make_rollout
 
 log = logging.getLogger("jaxsrl")
 
@@ -65,7 +71,7 @@ def train(cfg: Any, logdir: str) -> dict:
 
     Raises:
       ValueError: a setting device actors do not support (:func:`check_config`), an
-        off-policy or recurrent agent, ``batch_segments`` not divisible by the local
+        off-policy agent, ``batch_segments`` not divisible by the local
         devices, or an unknown environment (before the run folder is changed).
       KeyboardInterrupt: Ctrl-C or SIGTERM, after the checkpoint and closing line.
     """
@@ -76,10 +82,7 @@ def train(cfg: Any, logdir: str) -> dict:
     fns = factory_of_run(cfg).make(cfg.num_updates())
     if fns.replay is not None:
         raise ValueError(f"--agent={cfg.agent} is off-policy: device actors run on-policy "
-                         "agents only yet (docs/device_actors.md)")
-    if fns.initial_carry(1) is not None:
-        raise ValueError(f"--agent={cfg.agent} is recurrent: device actors run feed-forward "
-                         "agents only yet (docs/device_actors.md)")
+                         "agents only yet (no on-device replay; docs/device_actors.md)")
     mesh = devices.local_mesh()
     num_envs, T = cfg.batch_segments, cfg.segment_length
     if num_envs % mesh.size:
@@ -152,9 +155,11 @@ class _Loop:
         self.state, self.rng = state, rng
         # Fresh episodes on every (re)start, as restarted actor processes begin them.
         env_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed + 1), self.version)
-        self.env_carry = put_env_carry(env.reset(env_key, self.num_envs), mesh)
-        step = jit_fused_step(make_fused_step(make_rollout(env, fns.act, self.T), fns.learn),
-                              mesh)
+        # Recurrent agents: the agent's carry rides with the environments' (RecurrentCarry).
+        self.env_carry = put_env_carry(
+            initial_rollout_carry(env, env_key, self.num_envs, fns.initial_carry), mesh)
+        rollout = make_rollout(env, fns.act, self.T, fns.initial_carry)
+        step = jit_fused_step(make_fused_step(rollout, fns.learn), mesh)
         t0 = clock()
         self.step = step.lower(self.state, self.env_carry, self.rng,
                                jnp.int32(self.version)).compile()

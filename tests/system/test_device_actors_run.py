@@ -81,3 +81,18 @@ def test_sigterm_saves_a_checkpoint_that_matches_the_closing_line(tmp_path):
     assert last["env_steps"] == last["policy_version"] * 8 * 16
     steps = sorted(int(n) for n in os.listdir(RunDir(logdir).checkpoint_dir("default")) if n.isdigit())
     assert steps[-1] == last["policy_version"]
+
+
+def test_a_recurrent_agent_runs_on_device_actors_then_resumes(tmp_path):
+    """A recurrent agent (``tests/recurrent_box_agent.py``; its carry rides with the
+    environments') trains and resumes on device actors; it used to be refused."""
+    logdir = str(tmp_path / "run")
+    small = ["--env=gymnax:CartPole-v1", "--segment_length=16", "--batch_segments=8",
+             "--agent=recurrent_box_agent:AGENT", "--ppo_prev.hidden_sizes", "16", "16",
+             f"--logdir={logdir}"]
+    out = train(load_config(small + ["--total_env_steps=1024"]))
+    assert out["env_steps"] >= 1024 and out["policy_version"] == out["env_steps"] // (8 * 16)
+    out2 = train(load_config(small + ["--total_env_steps=2048", "--resume"]))
+    assert out2["policy_version"] > out["policy_version"]
+    assert os.path.isdir(os.path.join(RunDir(logdir).checkpoint_dir("default"),
+                                      str(out2["policy_version"])))

@@ -245,3 +245,127 @@ def test_put_env_carry_gives_every_leaf_its_own_buffer():
     carry = put_env_carry((z, z, {"a": z}), devices.local_mesh())
     ptrs = {x.addressable_shards[0].data.unsafe_buffer_pointer() for x in jax.tree.leaves(carry)}
     assert len(ptrs) == 3
+
+
+# Recurrent agents: the agent's carry rides through the scan, reset where episodes end.
+
+def _setup_recurrent(max_steps=MAX_STEPS):
+    _gymnax()
+    from recurrent_box_agent import AGENT
+    from jaxsrl.workers.device.rollout import initial_rollout_carry, make_rollout
+    env = registry.make("gymnax:CartPole-v1", {"max_steps_in_episode": max_steps})
+    fns = AGENT.make(AGENT.config_cls(), EnvSpec(env.observation_space, env.action_space), 10)
+    state = fns.init(jax.random.PRNGKey(0))
+    carry = initial_rollout_carry(env, jax.random.PRNGKey(1), N, fns.initial_carry)
+    return env, fns, state, carry, make_rollout(env, fns.act, T, fns.initial_carry)
+
+
+def test_recurrent_trajectory_layout_equals_the_cpu_paths():
+    """The CPU path's Trajectory of a recurrent agent: segments with ``carry/i`` arrays
+    (the agent's CarryCodec), no ``valid`` (single-agent env)."""
+    from jaxsrl.streams.carry import CarryCodec
+    env, fns, state, carry, rollout = _setup_recurrent()
+    _, traj, _ = jax.jit(rollout)(state.params, carry, jax.random.PRNGKey(2), 3)
+    ref_env = gymnasium.make("CartPole-v1")
+    codec = CarryCodec(fns.initial_carry)
+    schema = segment_schema(ref_env.observation_space, ref_env.action_space, T, carry=codec)
+    cpu = to_trajectory({k: np.zeros((N,) + s.shape[1:], s.dtype) for k, s in schema.items()},
+                        ref_env.observation_space, carry=codec)
+    assert cpu.carry is not None and traj.carry is not None
+    assert jax.tree.structure(traj) == jax.tree.structure(cpu)
+    assert _layout(traj) == _layout(cpu)
+    assert traj.valid is None and cpu.valid is None
+
+
+def _reference_segments(env, fns, params, carry, rngs, reset=True):
+    """The rollouts of ``rngs`` (one per segment), one step and one row at a time in
+    Python as the CPU actors do: act, step, then zero the carry of every row whose
+    episode ended. Returns per segment (first carry, actions) and the last carry."""
+    env_c, agent_c = carry.env, np.array(carry.agent)
+    segments = []
+    for rng in rngs:
+        first, actions = agent_c.copy(), []
+        for key in jax.random.split(rng, T):
+            k_act, k_env = jax.random.split(key)
+            action, new, _ = fns.act(params, env_c.obs, jnp.asarray(agent_c), k_act)
+            env_c, out = env.step(env_c, action, k_env)
+            agent_c = np.array(new)
+            for b in range(N):
+                if reset and (bool(out.terminated[b]) or bool(out.truncated[b])):
+                    agent_c[b] = np.asarray(fns.initial_carry(1))[0]
+            actions.append(np.asarray(action))
+        segments.append((first, np.stack(actions, 1)))
+    return segments, agent_c
+
+
+def _device_segments(rollout, params, carry, rngs):
+    out, step = [], jax.jit(rollout)
+    for rng in rngs:
+        carry, traj, _ = step(params, carry, rng, 0)
+        out.append(traj)
+    return out, carry
+
+
+def test_recurrent_carry_is_reset_at_episode_ends_as_a_step_by_step_loop_does():
+    """Two consecutive segments (MAX_STEPS=5 < T: episodes end inside and across them):
+    each segment's first carry, the actions (they depend on the carry) and the carry
+    handed on equal a per-step, per-row Python loop that resets as the CPU actors do."""
+    env, fns, state, carry, rollout = _setup_recurrent()
+    rngs = [jax.random.PRNGKey(7), jax.random.PRNGKey(8)]
+    ref, ref_last = _reference_segments(env, fns, state.params, carry, rngs)
+    trajs, last = _device_segments(rollout, state.params, carry, rngs)
+    assert (np.asarray(trajs[0].truncated) | np.asarray(trajs[0].terminated)).any()
+    for (first, actions), traj in zip(ref, trajs):
+        np.testing.assert_allclose(np.asarray(traj.carry), first, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(np.asarray(traj.action), actions)
+    np.testing.assert_allclose(np.asarray(last.agent), ref_last, rtol=1e-6, atol=1e-7)
+    # The second segment starts where the first ended, reset rows included.
+    np.testing.assert_allclose(np.asarray(trajs[1].carry), ref[1][0], rtol=1e-6, atol=1e-7)
+
+
+def test_the_reference_loop_tells_a_missing_reset_apart():
+    """The comparison above is sensitive: without the reset the carries differ."""
+    env, fns, state, carry, rollout = _setup_recurrent()
+    rngs = [jax.random.PRNGKey(7), jax.random.PRNGKey(8)]
+    _, no_reset_last = _reference_segments(env, fns, state.params, carry, rngs, reset=False)
+    _, last = _device_segments(rollout, state.params, carry, rngs)
+    assert not np.allclose(np.asarray(last.agent), no_reset_last, rtol=1e-6, atol=1e-7)
+
+
+def _fused_vs_separate_recurrent(fused_fn):
+    env, fns, state, carry, rollout = _setup_recurrent()
+    rng, version = jax.random.PRNGKey(5), jnp.int32(2)
+    fused = jax.jit(fused_fn(rollout, fns.learn))(state, carry, rng, version)
+    rng2, k_rollout, k_learn = jax.random.split(rng, 3)
+    carry2, traj, stats = jax.jit(rollout)(state.params, carry, k_rollout, version)
+    state2, metrics = jax.jit(fns.learn)(state, traj, k_learn)
+    return fused, (state2, carry2, rng2, metrics, stats)
+
+
+def test_recurrent_fused_step_equals_rollout_then_learn():
+    _gymnax()
+    from jaxsrl.workers.device.fused import make_fused_step
+    from jaxsrl.workers.device.rollout import RecurrentCarry
+    fused, separate = _fused_vs_separate_recurrent(make_fused_step)
+    assert isinstance(fused[1], RecurrentCarry)
+    assert jax.tree.structure(fused) == jax.tree.structure(separate)
+    _assert_same(fused, separate)
+    assert int(fused[0].update_step) == 1
+
+
+def test_the_recurrent_equality_catches_a_wrong_first_carry():
+    """A fused step that learns from the carry the rollout ended with, not the one each
+    segment started from, is told apart."""
+    _gymnax()
+
+    def mutant(rollout, learn):
+        def step(state, env_carry, rng, version):
+            rng, k_rollout, k_learn = jax.random.split(rng, 3)
+            env_carry, traj, stats = rollout(state.params, env_carry, k_rollout, version)
+            state, metrics = learn(state, traj._replace(carry=env_carry.agent), k_learn)
+            return state, env_carry, rng, metrics, stats
+        return step
+
+    fused, separate = _fused_vs_separate_recurrent(mutant)
+    with pytest.raises(AssertionError):
+        _assert_same(fused[0], separate[0])
