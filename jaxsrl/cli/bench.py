@@ -196,3 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         if path:
             print(f"[bench] wrote {path}", flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -55,6 +55,18 @@ def test_no_script_edits_sys_path():
                 assert "sys.path" not in f.read(), name
 
 
+@pytest.mark.parametrize("name", COMMANDS)
+def test_python_m_runs_each_cli_module(name):
+    """``python -m jaxsrl.cli.<name>`` calls ``main`` (a module without the guard exits 0
+    doing nothing: jaxsrl.cli.bench did)."""
+    with open(os.path.join(ROOT, "jaxsrl", "cli", f"{name}.py")) as f:
+        tree = ast.parse(f.read())
+    guards = [n for n in tree.body if isinstance(n, ast.If) and isinstance(n.test, ast.Compare)
+              and getattr(n.test.left, "id", None) == "__name__"
+              and getattr(n.test.comparators[0], "value", None) == "__main__"]
+    assert guards and "main(" in ast.unparse(guards[0]), name
+
+
 def test_python_m_jaxsrl_cli_train_help_runs():
     out = subprocess.run([sys.executable, "-m", "jaxsrl.cli.train", "--help"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
