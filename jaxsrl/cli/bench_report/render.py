@@ -82,6 +82,10 @@ Every rung runs on the machine described above, with the run config resolved by
    Latency from send to reply at the actors (p50/p99 of a log histogram), server CPU per
    request (`time.process_time` of the server's process), RSS growth per actor, file
    descriptors, and connections refused or never answered (`jaxsrl/bench/fan_in.py`).
+11. **Device actors** (opt-in: `--rungs=device_actors`, needs the `gymnax` extra): env
+   steps/s of the device actors' compiled rollout (gymnax `CartPole-v1` and PPO's `act`
+   under one `lax.scan`) at 16, 64 and 256 environments x 32 steps, timed after its
+   compile (`jaxsrl/bench/device_rollout.py`).
 
 **Compute-bound ceiling** (`jaxsrl/cli/bench_report/ceiling.py`): cores / (env + act + learn),
 each the core time of one env step measured alone: env, rung 1's CPU time of

@@ -31,6 +31,7 @@ RUNG_TITLES = {
     "offpolicy": "8. off-policy",
     "server_only": "9. inference server only",
     "fan_in": "10. fan in",
+    "device_actors": "11. device actors",
 }
 
 
@@ -340,6 +341,16 @@ def table(result: dict) -> list[dict]:
             f"{p['refused']}, unanswered {p['unanswered']}, lost {p['lost']}", None, fi)
     if fi is not None and not _ok(fi):
         add("fan_in", "p99 latency (ms)", "—", _err(fi))
+    da = rungs.get("device_actors")
+    if da is not None and "skipped" in da:
+        add("device_actors", "env steps/s of the compiled rollout", "—", da["skipped"])
+    for p in da.get("points", ()) if da is not None and _ok(da) else ():
+        add("device_actors", f"env steps/s of the compiled rollout, {da['env']}, "
+                             f"{p['num_envs']} envs x {da['segment_length']} steps",
+            fmt(p["env_steps_per_s"]), f"device {da['device']}; compile {p['compile_s']:.1f} s, "
+            f"{p['calls']} calls in {p['seconds']:.1f} s", None, da)
+    if da is not None and "skipped" not in da and not _ok(da):
+        add("device_actors", "env steps/s of the compiled rollout", "—", _err(da))
     return rows
 
 
