@@ -26,6 +26,7 @@ the file descriptors used against the limits (soft limits raised to the hard lim
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import resource
@@ -42,7 +43,7 @@ import zmq
 from jaxsrl.bench import agentfns
 from jaxsrl.bench.fan_in_clients import EDGES
 from jaxsrl.bench.server_only import trivial_act
-from jaxsrl.bench.procs import end_clients
+from jaxsrl.bench.procs import ask, end_clients
 from jaxsrl.core.limits import raise_fd_limit
 from jaxsrl.core.paths import CONFIG_DIR
 from jaxsrl.experiment.config import load_config
@@ -127,16 +128,7 @@ class SampleReceiver(threading.Thread):
             self.sock.close()
 
 
-def _ask(proc: subprocess.Popen, line: str | None = None) -> dict:
-    if line is not None:
-        proc.stdin.write(line + "\n")
-        proc.stdin.flush()
-    answer = proc.stdout.readline()
-    if not answer:
-        proc.wait(10)
-        raise RuntimeError(f"fan-in clients exited with code {proc.returncode}: "
-                           f"{proc.stderr.read().strip()[-500:]}")
-    return json.loads(answer)
+_ask = functools.partial(ask, what="fan-in clients")
 
 
 def _count(procs: list) -> list:

@@ -63,6 +63,24 @@ def end_clients(procs: list, wait_s: float) -> None:
         _close_pipes(proc)
 
 
+def ask(proc: subprocess.Popen, line: str | None = None, *, what: str) -> dict:
+    """Send ``line`` (if any) to a bench client process's stdin and return its next stdout
+    line as JSON.
+
+    Raises:
+      RuntimeError: the process (``what``) exited instead, with the end of its stderr.
+    """
+    if line is not None:
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+    answer = proc.stdout.readline()
+    if not answer:
+        proc.wait(10)
+        raise RuntimeError(f"{what} exited with code {proc.returncode}: "
+                           f"{proc.stderr.read().strip()[-500:]}")
+    return json.loads(answer)
+
+
 def read_json_line(proc: subprocess.Popen, what: str) -> dict:
     """The next stdout line of ``proc`` as JSON; ``RuntimeError`` if it exited instead."""
     line = proc.stdout.readline()

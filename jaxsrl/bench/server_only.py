@@ -36,6 +36,7 @@ measures another checkout's server (``PYTHONPATH=<checkout> python /tmp/x/server
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -51,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import psutil
 
-from jaxsrl.bench.procs import end_clients
+from jaxsrl.bench.procs import ask, end_clients
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.launch.processes import local_spawner
 from jaxsrl.parallel import devices
@@ -98,15 +99,7 @@ def _threads_cpu_s(policy_tid: int) -> dict:
     return out
 
 
-def _ask(proc: subprocess.Popen, line: str | None = None) -> dict:
-    if line is not None:
-        _tell(proc, line)
-    answer = proc.stdout.readline()
-    if not answer:
-        proc.wait(10)
-        raise RuntimeError(f"fake clients exited with code {proc.returncode}: "
-                           f"{proc.stderr.read().strip()[-500:]}")
-    return json.loads(answer)
+_ask = functools.partial(ask, what="fake clients")
 
 
 def _tell(proc: subprocess.Popen, line: str) -> None:
