@@ -99,6 +99,17 @@ class MetricsAccumulator:
                 self._sums[prefix + key] += float(value)
                 self._counts[prefix + key] += 1
 
+    def add_sums(self, sums: dict, count: int) -> None:
+        """Add values averaged over the interval given as sums of ``count`` samples each
+        (device actors sum on the accelerator): the same record as ``count`` calls of
+        :meth:`add_means` whose values add up to ``sums``; nothing if ``count`` <= 0."""
+        if count <= 0:
+            return
+        with self._lock:
+            for key, total in sums.items():
+                self._sums[key] += float(total)
+                self._counts[key] += int(count)
+
     def add_sample(self, key: str, value: float) -> None:
         """Add one observation of a distribution (e.g. one batch's latency in ms); the
         interval's record gets ``<key>_p50`` and ``<key>_p99`` (:data:`PERCENTILES`),

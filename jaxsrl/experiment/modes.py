@@ -314,7 +314,6 @@ REFUSED: tuple[Refusal, ...] = (
     # device actors (a JAX-native --env): their own run loop
     Refusal("device actors", "launcher=ray", _DEVICE),
     Refusal("device actors", "learner processes", _DEVICE),
-    Refusal("device actors", "population", _DEVICE),
     Refusal("device actors", "dataflow table", _DEVICE),
     Refusal("device actors", "inference given", "they act on the accelerator; leave --inference "
             "at auto (docs/device_actors.md)"),

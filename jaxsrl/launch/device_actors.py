@@ -19,7 +19,7 @@ the environments' from step to step and segment to segment
 and each trajectory holds its segments' first carry, as the CPU actors send it.
 
 Not here yet (refused with a one-line error): off-policy agents (their device actors
-would write into an on-device replay, which does not exist yet), populations,
+would write into an on-device replay, which does not exist yet),
 self-play, ``[dataflow]`` tables, several learner processes, Ray, remote inference
 and periodic evaluation. ``--num_actors``, ``--envs_per_actor`` and ``--ring_size``
 do not apply: the device actors step ``batch_segments`` environments, one segment per
@@ -105,7 +105,11 @@ def train(cfg: Any, logdir: str) -> dict:
                 " (resumed)" if cfg.resume else "", where, cfg.env, num_envs, T)
     old_handlers = _install_stop_flag()
     try:
-        loop = _Loop(cfg, logdir, policy, fns, env, mesh, clock)
+        if cfg.population:  # the members stacked, one vmapped step: their own loop
+            from jaxsrl.launch.device_population import PopulationLoop as loop_class  # noqa: PLC0415
+        else:
+            loop_class = _Loop
+        loop = loop_class(cfg, logdir, policy, fns, env, mesh, clock)
         if cfg.resume:
             resumption.commit_config(logdir, config)
         return loop.run() | {"logdir": logdir}

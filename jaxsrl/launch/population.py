@@ -53,6 +53,13 @@ class MemberMetrics(PolicyMetrics):
             self._tracker.add_episode(self.policy, float(ret))
             self._base.add_means({f"population/return/{self.policy}": float(ret)})
 
+    def add_episodes(self, count: int, return_sum: float, length_sum: float) -> None:
+        """``count`` episodes at once by their sums (device actors): as ``count`` calls
+        of :meth:`add_episode`."""
+        self._base.add_episodes(count, return_sum, length_sum)
+        self._tracker.add_episodes(self.policy, count, return_sum)
+        self._base.add_sums({f"population/return/{self.policy}": return_sum}, count)
+
     def add_env_steps(self, n: int) -> None:
         self._base.add_env_steps(n)
         self._tracker.add_env_steps(self.policy, n)

@@ -60,7 +60,7 @@ EXPECTED = {
     ("population", "learner processes"), ("opponents", "inference=process"),
     ("opponents", "population"), ("opponents", "learner processes"),
     ("device actors", "launcher=ray"), ("device actors", "learner processes"),
-    ("device actors", "population"), ("device actors", "dataflow table"),
+    ("device actors", "dataflow table"),
     ("device actors", "inference given"), ("device actors", "periodic evaluation"),
     ("device actors", "opponents"),
 }

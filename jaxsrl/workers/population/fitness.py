@@ -46,6 +46,21 @@ class FitnessTracker:
             self._sum[member] += float(episode_return)
             self._count[member] += 1
 
+    def add_episodes(self, member: str, count: int, return_sum: float) -> None:
+        """``count`` finished episodes of ``member`` by the sum of their returns (device
+        actors sum them on the accelerator): as ``count`` calls of :meth:`add_episode`
+        (a non-finite sum is ignored, as a non-finite return is).
+
+        Raises:
+          KeyError: an unknown member.
+        """
+        self._check(member)
+        if count <= 0 or not math.isfinite(return_sum):
+            return
+        with self._lock:
+            self._sum[member] += float(return_sum)
+            self._count[member] += int(count)
+
     def add_env_steps(self, member: str, n: int) -> None:
         """``n`` env frames of ``member``'s samples arrived."""
         self._check(member)

@@ -211,7 +211,9 @@ class PopulationManager(Worker):
                 raise
 
     # -- the loop ------------------------------------------------------------------------
-    def _record_hyper(self) -> None:
+    def record_hyper(self) -> None:
+        """Sample the hyperparameters in force into the metrics
+        (``population/<hyperparameter>/<member>``)."""
         self.metrics.add_means({f"population/{k}/{m}": v for m, h in self.hyper.items()
                                 for k, v in h.items()})
 
@@ -222,7 +224,7 @@ class PopulationManager(Worker):
         try:
             while not self.stop.is_set():
                 self.beat()
-                self._record_hyper()
+                self.record_hyper()
                 if self.is_ready():
                     self.step()
                 self.stop.wait(self.poll_s)
