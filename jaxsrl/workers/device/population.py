@@ -53,7 +53,7 @@ def stack(trees: Sequence[Any]) -> Any:
 
 def member(tree: Any, i: int) -> Any:
     """Member ``i``'s slice of a stacked pytree (every leaf ``[M, ...] -> [...]``)."""
-    return jax.tree.map(lambda x: x[i], tree)
+    return _take(tree, jnp.int32(i))
 
 
 def set_member(tree: Any, i: int, value: Any) -> Any:
@@ -63,7 +63,13 @@ def set_member(tree: Any, i: int, value: Any) -> Any:
     Raises:
       ValueError: ``value`` of another structure than a member of ``tree``.
     """
-    if jax.tree.structure(value) != jax.tree.structure(member(tree, i)):
+    if jax.tree.structure(value) != jax.tree.structure(tree):
         raise ValueError(f"set_member: a state of structure {jax.tree.structure(value)} does "
-                         f"not fit the population's {jax.tree.structure(member(tree, i))}")
-    return jax.tree.map(lambda x, v: x.at[i].set(jnp.asarray(v, x.dtype)), tree, value)
+                         f"not fit the population's {jax.tree.structure(tree)}")
+    return _put(tree, jnp.int32(i), value)
+
+
+# One compiled program per state structure (the index is traced), not one per leaf.
+_take = jax.jit(lambda tree, i: jax.tree.map(lambda x: x[i], tree))
+_put = jax.jit(lambda tree, i, value: jax.tree.map(
+    lambda x, v: x.at[i].set(jnp.asarray(v, x.dtype)), tree, value))
