@@ -30,6 +30,7 @@ def _records(logdir):
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow  # compiles the members' step twice (train.py, then --resume): about a minute of CPU
 def test_a_population_on_device_actors_writes_each_member_then_resumes(tmp_path):
     logdir = str(tmp_path / "run")
     env = dict(os.environ, JAXSRL_PROGRESS="0", PYTHONPATH=REPO_ROOT)
