@@ -249,7 +249,7 @@ class _Loop:
     def _close(self) -> dict:
         """Final checkpoint and the closing metrics line (the launcher's ``_shutdown``)."""
         self._save()
-        self.ckpt.close()
+        versions = self._close_checkpoints()
         closing = {k: v for k, v in self.metrics.snapshot(1.0).items()
                    if k == "env_steps" or k.startswith("policy_version") or isinstance(v, int)}
         closing.update(wall_time_s=self.clock(), final=True)
@@ -258,7 +258,12 @@ class _Loop:
         record.update(self.writer.last_returns)
         self.writer.close()
         events.emit(log, logging.INFO, "run_end",
-                    {"env_steps": record.get("env_steps"), "checkpoints": {self.policy: self.version}},
-                    "stopped after %.1f s; checkpoint of %s at version %d; logs in %s",
-                    self.clock(), self.policy, self.version, self.logdir)
+                    {"env_steps": record.get("env_steps"), "checkpoints": versions},
+                    "stopped after %.1f s; checkpoint of %s; logs in %s", self.clock(),
+                    ", ".join(f"{p} at version {v}" for p, v in versions.items()), self.logdir)
         return record
+
+    def _close_checkpoints(self) -> dict:
+        """Close the checkpointer; ``{policy: version}`` of the final checkpoints."""
+        self.ckpt.close()
+        return {self.policy: self.version}

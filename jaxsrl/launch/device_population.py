@@ -199,21 +199,9 @@ class PopulationLoop(_Loop):
                 "wall_time_s": self.clock()}
         self.ckpts[name].save(version, tree, meta)
 
-    def _close(self) -> dict:
-        """Every member's final checkpoint and the closing metrics line."""
-        self._save()
+    def _close_checkpoints(self) -> dict:
+        """Close every member's checkpointer (``_Loop._close`` saved them first);
+        ``{member: version}``."""
         for c in self.ckpts.values():
             c.close()
-        closing = {k: v for k, v in self.metrics.snapshot(1.0).items()
-                   if k == "env_steps" or k.startswith("policy_version") or isinstance(v, int)}
-        closing.update(wall_time_s=self.clock(), final=True)
-        self.writer.write(closing)
-        record = {k: v for k, v in closing.items() if k != "final"}
-        record.update(self.writer.last_returns)
-        self.writer.close()
-        versions = {m: int(v) for m, v in zip(self.members, self.version)}
-        events.emit(log, logging.INFO, "run_end",
-                    {"env_steps": record.get("env_steps"), "checkpoints": versions},
-                    "stopped after %.1f s; checkpoints %s; logs in %s", self.clock(),
-                    ", ".join(f"{m} at version {v}" for m, v in versions.items()), self.logdir)
-        return record
+        return {m: int(v) for m, v in zip(self.members, self.version)}
