@@ -300,3 +300,61 @@ def test_ray_worker_node_lost_mid_run(cluster, tmp_path):
     assert [e["event"] for e in _events(logdir)][-1] == "run_end"
     assert _pids(lost.host.netns) == []  # nothing runs on the lost node
     _assert_nothing_left(cluster, logdir)
+
+
+def _checkpoints(logdir: str) -> list[int]:
+    """Finalised checkpoint steps (= policy versions) of the default policy."""
+    directory = os.path.join(logdir, "checkpoints", "default")
+    return sorted(int(n) for n in os.listdir(directory) if n.isdigit()) if os.path.isdir(directory) else []
+
+
+def test_ray_learner_lost_on_head_node_then_resumed(cluster, tmp_path):
+    _ensure_workers(cluster)
+    logdir = str(tmp_path / "run")
+    # configs/CartPole-v1.toml, checkpointing every second.
+    args = ["--env=CartPole-v1", f"--target_return={TARGET}", "--log_interval_s=1",
+            "--checkpoint_interval_s=1", f"--logdir={logdir}"]
+    log_path = str(tmp_path / "driver.log")
+    driver = _driver(cluster, args, log_path)
+    try:
+        _wait_for(lambda: sum(map(len, _actors_by_node(cluster, logdir).values())) == 2, 240,
+                  "two actor processes", driver, log_path)
+        _wait_for(lambda: any(s >= 3 for s in _checkpoints(logdir)), 240,
+                  "a checkpoint after 3 updates", driver, log_path)
+        [learner] = cluster.processes(cluster.head, "AcceleratorHost")
+        os.kill(learner, signal.SIGKILL)  # the learner (and inference) process on the head
+        rc = driver.wait(timeout=240)
+    finally:
+        _stop(driver)
+    log_text = _tail(log_path, 10**9)
+    assert rc == 1, log_text[-4000:]
+    # One line on stderr names what was lost, where, and how to go on.
+    [line] = [x for x in log_text.splitlines() if "run stopped:" in x]
+    assert (f"the accelerator process (learner and inference) pid {learner} on Ray node "
+            f"{cluster.head.host.ip} was lost") in line, line
+    assert f"--resume --logdir={logdir}" in line, line
+    # The same in the run's events, after what the learner itself recorded.
+    [lost] = [e for e in _events(logdir) if e["event"] == "accelerator_lost"]
+    assert (lost["pid"], lost["node_ip"]) == (learner, cluster.head.host.ip), lost
+    assert _events(logdir)[-1] == lost and lost["message"] in line
+    _assert_nothing_left(cluster, logdir)  # actors and hosts died with their owner, on every node
+
+    # --resume on the same cluster continues from the newest checkpoint to the target.
+    step = _checkpoints(logdir)[-1]
+    with open(os.path.join(logdir, "checkpoints", "default", str(step), "meta", "metadata")) as f:
+        meta = json.load(f)
+    n_before = len(_records(logdir))
+    resumed_log = str(tmp_path / "resumed.log")
+    driver = _driver(cluster, [*args, "--resume"], resumed_log)
+    try:
+        rc = driver.wait(timeout=600)
+    finally:
+        _stop(driver)
+    assert rc == 0, _tail(resumed_log)
+    [resumed] = [e for e in _events(logdir) if e["event"] == "resumed"]
+    assert (resumed["version"], resumed["env_steps"]) == (step, meta["env_steps"]), resumed
+    after = _records(logdir)[n_before:]
+    assert after and all(r["policy_version"] >= step and r["env_steps"] >= meta["env_steps"]
+                         for r in after), after[:3]
+    assert max(r.get("episode_return_mean", 0) for r in after) >= TARGET, after[-3:]
+    _assert_nothing_left(cluster, logdir)
