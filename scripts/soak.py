@@ -83,17 +83,9 @@ def main(argv=None) -> int:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=20.0, help="total run time")
-    parser.add_argument("--warmup_minutes", type=float, default=None,
-                        help="ignored start (default: a quarter of the run, at most 5 min)")
-    parser.add_argument("--interval_s", type=float, default=5.0, help="seconds between samples")
-    parser.add_argument("--window_s", type=float, default=30.0,
-                        help="samples of this many seconds are averaged (median) at both ends")
-    parser.add_argument("--max_growth", type=float, default=0.10, help="allowed RSS growth")
-    parser.add_argument("--logdir", default="", help="run folder (default runs/soak-<time>)")
+    add_options(parser)
     args = parser.parse_args(argv)
-    warmup_s = 60 * (args.warmup_minutes if args.warmup_minutes is not None
-                     else min(5.0, args.minutes / 4))
+    warmup_s = warmup_seconds(args)
     total_s = 60 * args.minutes
     logdir = args.logdir or os.path.join("runs", time.strftime("soak-%Y%m%d-%H%M%S"))
     cmd = [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *DEFAULT_TRAIN_ARGS,
@@ -128,18 +120,42 @@ def main(argv=None) -> int:
     time.sleep(1.0)
     leftovers = [p.pid for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
+    report = {"minutes": args.minutes, "warmup_s": warmup_s, "samples": len(samples),
+              "stop_s": round(stop_s, 2), "exit_code": code, "leftover_processes": leftovers,
+              "train_args": cmd[2:]}
+    return finish(report, samples, args, logdir, clean=code == 130 and not leftovers)
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The options of every soak script: duration, sampling, growth limit, run folder."""
+    parser.add_argument("--minutes", type=float, default=20.0, help="total run time")
+    parser.add_argument("--warmup_minutes", type=float, default=None,
+                        help="ignored start (default: a quarter of the run, at most 5 min)")
+    parser.add_argument("--interval_s", type=float, default=5.0, help="seconds between samples")
+    parser.add_argument("--window_s", type=float, default=30.0,
+                        help="samples of this many seconds are averaged (median) at both ends")
+    parser.add_argument("--max_growth", type=float, default=0.10, help="allowed RSS growth")
+    parser.add_argument("--logdir", default="", help="run folder (default runs/soak-<time>)")
+
+
+def warmup_seconds(args: argparse.Namespace) -> float:
+    return 60 * (args.warmup_minutes if args.warmup_minutes is not None else min(5.0, args.minutes / 4))
+
+
+def finish(report: dict, samples: list, args: argparse.Namespace, logdir: str, clean: bool) -> int:
+    """Add each process's RSS growth to ``report`` (from ``samples``: ``(t, {role:
+    (pid, rss_bytes)})``), print it, save it as ``LOGDIR/soak.json``; the exit code
+    (0: ``clean`` and every comparable process grew less than ``args.max_growth``)."""
+    warmup_s = warmup_seconds(args)
     after = [(t, s) for t, s in samples if t >= warmup_s]
     if len(after) < 2:
         print("soak: too few samples after warm-up; run longer")
         return 1
     first = [s for t, s in after if t <= after[0][0] + args.window_s]
     last = [s for t, s in after if t >= after[-1][0] - args.window_s]
-    roles = sorted({r for _, s in after for r in s})
-    report = {"minutes": args.minutes, "warmup_s": warmup_s, "samples": len(samples),
-              "processes": {}, "stop_s": round(stop_s, 2), "exit_code": code,
-              "leftover_processes": leftovers, "train_args": cmd[2:]}
-    ok = code == 130 and not leftovers
-    for role in roles:
+    report["processes"] = {}
+    ok = clean
+    for role in sorted({r for _, s in after for r in s}):
         pids = {s[role][0] for _, s in after if role in s}
         a = [s[role][1] for s in first if role in s]
         b = [s[role][1] for s in last if role in s]
@@ -165,16 +181,17 @@ def main(argv=None) -> int:
     with open(os.path.join(logdir, "soak.json"), "w") as f:
         json.dump(report, f, indent=2)
     print(f"soak: {args.minutes} min, warm-up {warmup_s:.0f} s, {len(samples)} samples, "
-          f"stopped in {stop_s:.1f} s with exit code {code}, leftover processes: {leftovers or 'none'}")
-    print(f"{'process':<10} {'after warm-up MB':>17} {'end MB':>8} {'peak MB':>8} {'growth':>8}")
+          f"stopped in {report['stop_s']:.1f} s with exit code {report['exit_code']}, "
+          f"leftover processes: {report['leftover_processes'] or 'none'}")
+    width = max([10, *map(len, report["processes"])])
+    print(f"{'process':<{width}} {'after warm-up MB':>17} {'end MB':>8} {'peak MB':>8} {'growth':>8}")
     for role, p in report["processes"].items():
         note = "" if p["comparable"] else "  (restarted: not compared)"
-        print(f"{role:<10} {p['rss_after_warmup_mb']:>17.1f} {p['rss_end_mb']:>8.1f} "
+        print(f"{role:<{width}} {p['rss_after_warmup_mb']:>17.1f} {p['rss_end_mb']:>8.1f} "
               f"{p['rss_peak_mb']:>8.1f} {100 * p['growth']:>7.2f}%{note}")
     print("last metrics:", json.dumps(report["last_metrics"]))
     print("soak:", "PASS" if ok else f"FAIL (growth limit {100 * args.max_growth:.0f}%, clean stop)")
     return 0 if ok else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,153 @@
+"""Soak test across Ray nodes: train for N minutes on a multi-node cluster, watch every process's RSS.
+
+    sudo python scripts/soak_ray_nodes.py --minutes=20              # head + 2 worker nodes
+    sudo python scripts/soak_ray_nodes.py --minutes=3 --warmup_minutes=1 -- --env=Acrobot-v1
+
+:mod:`scripts.soak`'s measurement on the namespace cluster of the multi-node tests
+(``tests/ray_netns_cluster.py``: a Ray head and ``--workers`` worker nodes, each in its
+own network namespace with its own address, started with ``ray start``; needs root and
+iproute2). The run (``scripts/train.py --launcher=ray --ray_address=HEAD:6379``, the
+learner and inference on the head, ``--actors_per_node`` actors on each worker node,
+scripts/soak.py's small CartPole config with as many environments in all, extra flags
+after ``--``) is started in the head's namespace with an endless step budget. Every
+``--interval_s`` the resident set size of each process of each node is sampled, by
+kind: the driver, the accelerator process (learner + inference), the actors, their Ray
+process hosts, and Ray's daemons (``gcs_server``, ``raylet``, agents, monitors; idle
+pooled Ray workers come and go and are not followed). After ``--minutes`` the driver
+gets SIGTERM; the stop must be clean (exit code 130, no process of the run left on any
+node). The report (growth per process, exit code 0 if every one grew less than
+``--max_growth``) is printed and saved as ``LOGDIR/soak.json`` as by ``scripts/soak.py``.
+The cluster and its namespaces are torn down at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))  # the namespace cluster of the tests
+
+from ray_netns_cluster import PLACEMENT, Cluster, cmdlines, ray_cluster, ray_env  # noqa: E402
+from soak import DEFAULT_TRAIN_ARGS, add_options, finish, warmup_seconds  # noqa: E402
+
+ENVS_IN_ALL = 32  # scripts/soak.py's 2 actors x 16 environments, spread over the actors
+# Ray's daemons by a piece of their command line, and the name they are reported under.
+RAY_DAEMONS = [("gcs_server", "gcs_server"), ("raylet", "raylet"),
+               ("dashboard/agent.py", "dashboard agent"), ("runtime_env/agent", "runtime_env agent"),
+               ("log_monitor.py", "log_monitor"), ("autoscaler/_private/monitor.py", "monitor"),
+               ("dashboard/dashboard.py", "dashboard"), ("ray_client_server", "client server")]
+
+
+def _actor_id(cmd: list[str]) -> str:
+    try:
+        return str(json.loads(cmd[-1])["actor_id"])
+    except (ValueError, KeyError, IndexError):
+        return "?"
+
+
+def _role(proc: psutil.Process, cmd: list[str], driver_pid: int) -> str | None:
+    """What the process is (``None``: not followed)."""
+    line = " ".join(cmd)
+    if proc.pid == driver_pid:
+        return "driver"
+    if "jaxsrl.workers.actor" in line:
+        return f"actor{_actor_id(cmd)}"
+    if "AcceleratorHost" in line:
+        return "learner+inference"
+    if "ProcessHost" in line:  # named after the process it hosts
+        with contextlib.suppress(psutil.Error):
+            for child in proc.children():
+                return f"host of actor{_actor_id(child.cmdline())}"
+        return None
+    return next((name for needle, name in RAY_DAEMONS if needle in line), None)
+
+
+def _sample(cluster: Cluster, names: dict, driver_pid: int) -> dict:
+    """``{"<node> <kind>": (pid, rss_bytes)}`` of the followed processes of every node."""
+    out = {}
+    for node in cluster.nodes:
+        for pid in sorted(cmdlines(node.host.netns)):
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                role = _role(proc, proc.cmdline(), driver_pid)
+                if role is not None:
+                    key = f"{names[node.host.ip]} {role}"
+                    while key in out:  # two of a kind on one node
+                        key += "'"
+                    out[key] = (pid, proc.memory_info().rss)
+    return out
+
+
+def _leftovers(cluster: Cluster, logdir: str) -> list[str]:
+    """Processes of the run still alive on some node (``node: command``)."""
+    return [f"{node.host.ip}: {cmd[:120]}" for node in cluster.nodes
+            for cmd in cmdlines(node.host.netns).values()
+            if logdir in cmd or "ProcessHost" in cmd or "AcceleratorHost" in cmd]
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    extra = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_options(parser)
+    parser.add_argument("--workers", type=int, default=2, help="Ray worker nodes")
+    parser.add_argument("--actors_per_node", type=int, default=2, help="actors on each worker node")
+    args = parser.parse_args(argv)
+    logdir = os.path.abspath(args.logdir or os.path.join(
+        REPO_ROOT, "runs", time.strftime("soak-ray-%Y%m%d-%H%M%S")))
+    actors = args.workers * args.actors_per_node
+    train_args = [a for a in DEFAULT_TRAIN_ARGS if not a.startswith(("--num_actors", "--envs_per_actor"))]
+    train_args += [f"--num_actors={actors}", f"--envs_per_actor={max(1, ENVS_IN_ALL // actors)}"]
+    os.makedirs(logdir, exist_ok=True)
+    log_path = os.path.join(logdir, "soak_train.log")
+    with ray_cluster(workers=args.workers, head_cpus=3, worker_cpus=args.actors_per_node,
+                     actor_slots=args.actors_per_node) as cluster:
+        names = {cluster.head.host.ip: "head"} | {
+            w.host.ip: f"w{i + 1}" for i, w in enumerate(cluster.workers)}
+        cmd = [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *PLACEMENT,
+               f"--ray_address={cluster.address}", *train_args, *extra,
+               "--total_env_steps=10000000000", f"--logdir={logdir}"]
+        print("soak:", " ".join(cmd), flush=True)
+        with open(log_path, "w") as log_file:  # `ip netns exec` execs: the pid is the driver's
+            proc = subprocess.Popen([*cluster.driver_prefix, *cmd], cwd=REPO_ROOT, env=ray_env(),
+                                    stdout=log_file, stderr=subprocess.STDOUT)
+        samples: list = []  # (t, {role: (pid, rss)})
+        t0 = time.monotonic()
+        try:
+            while time.monotonic() - t0 < 60 * args.minutes:
+                if proc.poll() is not None:
+                    print(f"soak: the run exited early with code {proc.returncode}; see {log_path}")
+                    return 1
+                samples.append((time.monotonic() - t0, _sample(cluster, names, proc.pid)))
+                time.sleep(args.interval_s)
+            t_stop = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(240)
+            stop_s = time.monotonic() - t_stop
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        deadline = time.monotonic() + 60  # hosts and actors die with their owner
+        while (leftovers := _leftovers(cluster, logdir)) and time.monotonic() < deadline:
+            time.sleep(1.0)
+    report = {"minutes": args.minutes, "warmup_s": warmup_seconds(args),
+              "samples": len(samples), "stop_s": round(stop_s, 2), "exit_code": code,
+              "leftover_processes": leftovers, "nodes": names, "train_args": cmd[2:]}
+    return finish(report, samples, args, logdir, clean=code == 130 and not leftovers)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
