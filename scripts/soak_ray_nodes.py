@@ -13,7 +13,8 @@ after ``--``) is started in the head's namespace with an endless step budget. Ev
 ``--interval_s`` the resident set size of each process of each node is sampled, by
 kind: the driver, the accelerator process (learner + inference), the actors, their Ray
 process hosts, and Ray's daemons (``gcs_server``, ``raylet``, agents, monitors; idle
-pooled Ray workers come and go and are not followed). After ``--minutes`` the driver
+pooled Ray workers come and go and are not followed); the list is printed whenever it
+changes. After ``--minutes`` the driver
 gets SIGTERM; the stop must be clean (exit code 130, no process of the run left on any
 node). The report (growth per process, exit code 0 if every one grew less than
 ``--max_growth``) is printed and saved as ``LOGDIR/soak.json`` as by ``scripts/soak.py``.
@@ -68,7 +69,11 @@ def _role(proc: psutil.Process, cmd: list[str], driver_pid: int) -> str | None:
             for child in proc.children():
                 return f"host of actor{_actor_id(child.cmdline())}"
         return None
-    return next((name for needle, name in RAY_DAEMONS if needle in line), None)
+    named = next((name for needle, name in RAY_DAEMONS if needle in line), None)
+    if named or "/ray/" not in line or "default_worker.py" in line or line.startswith("ray::"):
+        return named  # idle pooled workers (ray::IDLE) come and go: not followed
+    script = next((a for a in cmd if a.endswith(".py")), cmd[0])  # another Ray daemon
+    return os.path.basename(script).removesuffix(".py")
 
 
 def _sample(cluster: Cluster, names: dict, driver_pid: int) -> dict:
@@ -131,6 +136,9 @@ def main(argv=None) -> int:
                     print(f"soak: the run exited early with code {proc.returncode}; see {log_path}")
                     return 1
                 samples.append((time.monotonic() - t0, _sample(cluster, names, proc.pid)))
+                if len(samples) == 1 or set(samples[-1][1]) != set(samples[-2][1]):
+                    print(f"soak: t={samples[-1][0]:.0f} s, following {len(samples[-1][1])} "
+                          f"processes: {', '.join(sorted(samples[-1][1]))}", flush=True)
                 time.sleep(args.interval_s)
             t_stop = time.monotonic()
             proc.send_signal(signal.SIGTERM)
