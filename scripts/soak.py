@@ -18,6 +18,7 @@ and the run shut down cleanly, 1 otherwise. The report is printed and saved as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Callable
 
 import psutil
 
@@ -77,16 +79,8 @@ def _last_record(logdir: str) -> dict:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    extra = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_options(parser)
-    args = parser.parse_args(argv)
+    args, extra = parse_args(argv, __doc__)
     warmup_s = warmup_seconds(args)
-    total_s = 60 * args.minutes
     logdir = args.logdir or os.path.join("runs", time.strftime("soak-%Y%m%d-%H%M%S"))
     cmd = [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *DEFAULT_TRAIN_ARGS,
            *extra, "--total_env_steps=10000000000", f"--logdir={logdir}"]
@@ -96,27 +90,22 @@ def main(argv=None) -> int:
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log_file, stderr=subprocess.STDOUT)
     launcher = psutil.Process(proc.pid)
-    samples: list = []  # (t, {role: (pid, rss)})
-    seen_pids: set = set()
-    t0 = time.monotonic()
+    descendants: list = []  # as of the last sample
+
+    def sample() -> dict:
+        with contextlib.suppress(psutil.Error):
+            descendants[:] = launcher.children(recursive=True)
+        return _sample(launcher)
+
     try:
-        while time.monotonic() - t0 < total_s:
-            if proc.poll() is not None:
-                print(f"soak: the run exited early with code {proc.returncode}; see {log_path}")
-                return 1
-            s = _sample(launcher)
-            seen_pids |= {pid for pid, _ in s.values()}
-            samples.append((time.monotonic() - t0, s))
-            time.sleep(args.interval_s)
-        descendants = launcher.children(recursive=True)
-        t_stop = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(120)
-        stop_s = time.monotonic() - t_stop
+        done = sample_then_stop(proc, sample, args, log_path, stop_timeout_s=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    if done is None:
+        return 1
+    samples, code, stop_s = done
     time.sleep(1.0)
     leftovers = [p.pid for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
@@ -124,6 +113,52 @@ def main(argv=None) -> int:
               "stop_s": round(stop_s, 2), "exit_code": code, "leftover_processes": leftovers,
               "train_args": cmd[2:]}
     return finish(report, samples, args, logdir, clean=code == 130 and not leftovers)
+
+
+def parse_args(argv: list[str] | None, doc: str,
+               more: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+               ) -> tuple[argparse.Namespace, list[str]]:
+    """A soak script's options (the common ones and ``more``'s) and the train flags
+    after ``--`` in ``argv`` (default ``sys.argv[1:]``); ``doc``: the script's docstring."""
+    argv = sys.argv[1:] if argv is None else argv
+    extra = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    add_options(parser)
+    more(parser)
+    return parser.parse_args(argv), extra
+
+
+def sample_then_stop(proc: subprocess.Popen, sample: Callable[[], dict], args: argparse.Namespace,
+                     log_path: str, stop_timeout_s: float) -> tuple[list, int, float] | None:
+    """Call ``sample()`` (``{role: (pid, rss_bytes)}``) every ``args.interval_s`` for
+    ``args.minutes`` (printing the roles whenever they change), then SIGTERM ``proc``.
+
+    Returns:
+      ``(samples, exit code, seconds the stop took)``, samples as ``(t, sample)``; or
+      ``None`` if the run exited early (said, with ``log_path``).
+
+    Raises:
+      subprocess.TimeoutExpired: ``proc`` did not exit ``stop_timeout_s`` after SIGTERM
+        (the caller kills it).
+    """
+    samples: list = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60 * args.minutes:
+        if proc.poll() is not None:
+            print(f"soak: the run exited early with code {proc.returncode}; see {log_path}")
+            return None
+        samples.append((time.monotonic() - t0, sample()))
+        if len(samples) == 1 or set(samples[-1][1]) != set(samples[-2][1]):
+            print(f"soak: t={samples[-1][0]:.0f} s, following {len(samples[-1][1])} "
+                  f"processes: {', '.join(sorted(samples[-1][1]))}", flush=True)
+        time.sleep(args.interval_s)
+    t_stop = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(stop_timeout_s)
+    return samples, code, time.monotonic() - t_stop
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:

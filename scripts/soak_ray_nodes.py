@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -38,7 +37,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))  # the namespace cluster of the tests
 
 from ray_netns_cluster import PLACEMENT, Cluster, cmdlines, ray_cluster, ray_env  # noqa: E402
-from soak import DEFAULT_TRAIN_ARGS, add_options, finish, warmup_seconds  # noqa: E402
+from soak import (DEFAULT_TRAIN_ARGS, finish, parse_args, sample_then_stop,  # noqa: E402
+                  warmup_seconds)
 
 ENVS_IN_ALL = 32  # scripts/soak.py's 2 actors x 16 environments, spread over the actors
 # Ray's daemons by a piece of their command line, and the name they are reported under.
@@ -99,17 +99,13 @@ def _leftovers(cluster: Cluster, logdir: str) -> list[str]:
             if logdir in cmd or "ProcessHost" in cmd or "AcceleratorHost" in cmd]
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    extra = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_options(parser)
+def _more_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=2, help="Ray worker nodes")
     parser.add_argument("--actors_per_node", type=int, default=2, help="actors on each worker node")
-    args = parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args, extra = parse_args(argv, __doc__, _more_options)
     logdir = os.path.abspath(args.logdir or os.path.join(
         REPO_ROOT, "runs", time.strftime("soak-ray-%Y%m%d-%H%M%S")))
     actors = args.workers * args.actors_per_node
@@ -128,26 +124,16 @@ def main(argv=None) -> int:
         with open(log_path, "w") as log_file:  # `ip netns exec` execs: the pid is the driver's
             proc = subprocess.Popen([*cluster.driver_prefix, *cmd], cwd=REPO_ROOT, env=ray_env(),
                                     stdout=log_file, stderr=subprocess.STDOUT)
-        samples: list = []  # (t, {role: (pid, rss)})
-        t0 = time.monotonic()
         try:
-            while time.monotonic() - t0 < 60 * args.minutes:
-                if proc.poll() is not None:
-                    print(f"soak: the run exited early with code {proc.returncode}; see {log_path}")
-                    return 1
-                samples.append((time.monotonic() - t0, _sample(cluster, names, proc.pid)))
-                if len(samples) == 1 or set(samples[-1][1]) != set(samples[-2][1]):
-                    print(f"soak: t={samples[-1][0]:.0f} s, following {len(samples[-1][1])} "
-                          f"processes: {', '.join(sorted(samples[-1][1]))}", flush=True)
-                time.sleep(args.interval_s)
-            t_stop = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(240)
-            stop_s = time.monotonic() - t_stop
+            done = sample_then_stop(proc, lambda: _sample(cluster, names, proc.pid), args,
+                                    log_path, stop_timeout_s=240)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        if done is None:
+            return 1
+        samples, code, stop_s = done
         deadline = time.monotonic() + 60  # hosts and actors die with their owner
         while (leftovers := _leftovers(cluster, logdir)) and time.monotonic() < deadline:
             time.sleep(1.0)
