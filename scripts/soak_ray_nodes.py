@@ -41,11 +41,12 @@ from soak import (DEFAULT_TRAIN_ARGS, finish, parse_args, sample_then_stop,  # n
                   warmup_seconds)
 
 ENVS_IN_ALL = 32  # scripts/soak.py's 2 actors x 16 environments, spread over the actors
-# Ray's daemons by a piece of their command line, and the name they are reported under.
-RAY_DAEMONS = [("gcs_server", "gcs_server"), ("raylet", "raylet"),
-               ("dashboard/agent.py", "dashboard agent"), ("runtime_env/agent", "runtime_env agent"),
+RAY_BINARIES = ("gcs_server", "raylet")  # Ray's daemons that are programs of their own
+# Ray's Python daemons by a piece of their command line (script, module or process
+# title), and the name they are reported under.
+RAY_SCRIPTS = [("ray::DashboardAgent", "dashboard agent"), ("ray::RuntimeEnvAgent", "runtime_env agent"),
                ("log_monitor.py", "log_monitor"), ("autoscaler/_private/monitor.py", "monitor"),
-               ("dashboard/dashboard.py", "dashboard"), ("ray_client_server", "client server")]
+               ("dashboard/dashboard.py", "dashboard"), ("ray.util.client.server", "client server")]
 
 
 def _actor_id(cmd: list[str]) -> str:
@@ -69,9 +70,12 @@ def _role(proc: psutil.Process, cmd: list[str], driver_pid: int) -> str | None:
             for child in proc.children():
                 return f"host of actor{_actor_id(child.cmdline())}"
         return None
-    named = next((name for needle, name in RAY_DAEMONS if needle in line), None)
+    program = os.path.basename(cmd[0]) if cmd else ""
+    if program in RAY_BINARIES:
+        return program
+    named = next((name for needle, name in RAY_SCRIPTS if needle in line), None)
     if named or "/ray/" not in line or "default_worker.py" in line or line.startswith("ray::"):
-        return named  # idle pooled workers (ray::IDLE) come and go: not followed
+        return named  # pooled Ray workers (ray::IDLE) come and go: not followed
     script = next((a for a in cmd if a.endswith(".py")), cmd[0])  # another Ray daemon
     return os.path.basename(script).removesuffix(".py")
 
