@@ -1,7 +1,7 @@
 """Soak test across Ray nodes: train for N minutes on a multi-node cluster, watch every process's RSS.
 
-    sudo python scripts/soak_ray_nodes.py --minutes=20              # head + 2 worker nodes
-    sudo python scripts/soak_ray_nodes.py --minutes=3 --warmup_minutes=1 -- --env=Acrobot-v1
+    sudo PYTHONPATH=.:tests python scripts/soak_ray_nodes.py --minutes=20   # head + 2 workers
+    sudo PYTHONPATH=.:tests python scripts/soak_ray_nodes.py --minutes=3 --warmup_minutes=1 -- --env=Acrobot-v1
 
 :mod:`scripts.soak`'s measurement on the namespace cluster of the multi-node tests
 (``tests/ray_netns_cluster.py``: a Ray head and ``--workers`` worker nodes, each in its
@@ -33,12 +33,13 @@ import time
 
 import psutil
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))  # the namespace cluster of the tests
+from soak import DEFAULT_TRAIN_ARGS, REPO_ROOT, finish, parse_args, sample_then_stop, warmup_seconds
 
-from ray_netns_cluster import PLACEMENT, Cluster, cmdlines, ray_cluster, ray_env  # noqa: E402
-from soak import (DEFAULT_TRAIN_ARGS, finish, parse_args, sample_then_stop,  # noqa: E402
-                  warmup_seconds)
+try:  # the namespace cluster of the tests
+    from ray_netns_cluster import PLACEMENT, Cluster, cmdlines, ray_cluster, ray_env
+except ImportError as exc:
+    raise SystemExit(f"soak_ray_nodes.py: {exc}: run it with the tests' helpers on the path, "
+                     "PYTHONPATH=.:tests python scripts/soak_ray_nodes.py ...") from None
 
 ENVS_IN_ALL = 32  # scripts/soak.py's 2 actors x 16 environments, spread over the actors
 RAY_BINARIES = ("gcs_server", "raylet")  # Ray's daemons that are programs of their own

@@ -14,8 +14,9 @@ to ``LOGDIR/run_events.jsonl``::
 
 Events are recorded whatever the logging level (a run logged at WARNING still records
 its INFO events). Read them with :func:`read_events`. Only the accelerator process
-records: actor processes report through exit codes and error files, which the
-launcher turns into events.
+records (and, once it is lost under ``--launcher=ray``, the driver: :func:`append`):
+actor processes report through exit codes and error files, which the launcher turns
+into events.
 
 Kinds, with their fields:
 
