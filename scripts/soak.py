@@ -97,12 +97,7 @@ def main(argv=None) -> int:
             descendants[:] = launcher.children(recursive=True)
         return _sample(launcher)
 
-    try:
-        done = sample_then_stop(proc, sample, args, log_path, stop_timeout_s=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    done = sample_then_stop(proc, sample, args, log_path, stop_timeout_s=120)
     if done is None:
         return 1
     samples, code, stop_s = done
@@ -142,23 +137,28 @@ def sample_then_stop(proc: subprocess.Popen, sample: Callable[[], dict], args: a
 
     Raises:
       subprocess.TimeoutExpired: ``proc`` did not exit ``stop_timeout_s`` after SIGTERM
-        (the caller kills it).
+        (it is killed; so it is when this is interrupted).
     """
     samples: list = []
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 60 * args.minutes:
-        if proc.poll() is not None:
-            print(f"soak: the run exited early with code {proc.returncode}; see {log_path}")
-            return None
-        samples.append((time.monotonic() - t0, sample()))
-        if len(samples) == 1 or set(samples[-1][1]) != set(samples[-2][1]):
-            print(f"soak: t={samples[-1][0]:.0f} s, following {len(samples[-1][1])} "
-                  f"processes: {', '.join(sorted(samples[-1][1]))}", flush=True)
-        time.sleep(args.interval_s)
-    t_stop = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    code = proc.wait(stop_timeout_s)
-    return samples, code, time.monotonic() - t_stop
+    try:
+        while time.monotonic() - t0 < 60 * args.minutes:
+            if proc.poll() is not None:
+                print(f"soak: the run exited early with code {proc.returncode}; see {log_path}")
+                return None
+            samples.append((time.monotonic() - t0, sample()))
+            if len(samples) == 1 or set(samples[-1][1]) != set(samples[-2][1]):
+                print(f"soak: t={samples[-1][0]:.0f} s, following {len(samples[-1][1])} "
+                      f"processes: {', '.join(sorted(samples[-1][1]))}", flush=True)
+            time.sleep(args.interval_s)
+        t_stop = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(stop_timeout_s)
+        return samples, code, time.monotonic() - t_stop
+    finally:  # interrupted, or no stop in time: killed
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:

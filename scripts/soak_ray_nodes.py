@@ -129,13 +129,8 @@ def main(argv=None) -> int:
         with open(log_path, "w") as log_file:  # `ip netns exec` execs: the pid is the driver's
             proc = subprocess.Popen([*cluster.driver_prefix, *cmd], cwd=REPO_ROOT, env=ray_env(),
                                     stdout=log_file, stderr=subprocess.STDOUT)
-        try:
-            done = sample_then_stop(proc, lambda: _sample(cluster, names, proc.pid), args,
-                                    log_path, stop_timeout_s=240)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        done = sample_then_stop(proc, lambda: _sample(cluster, names, proc.pid), args,
+                                log_path, stop_timeout_s=240)
         if done is None:
             return 1
         samples, code, stop_s = done
