@@ -202,13 +202,15 @@ def test_ray_learner_lost_on_head_node_then_resumed(cluster, tmp_path):
     assert _events(logdir)[-1] == lost and lost["message"] in line
     _assert_nothing_left(cluster, logdir)  # actors and hosts died with their owner, on every node
 
-    # --resume on the same cluster continues from the newest checkpoint to the target.
+    # --resume on the same cluster continues from the newest checkpoint for a few more
+    # updates (the training to the target is the first test's; this one pays two start-ups).
     step = _checkpoints(logdir)[-1]
     with open(os.path.join(logdir, "checkpoints", "default", str(step), "meta", "metadata")) as f:
         meta = json.load(f)
     n_before = len(_records(logdir))
     resumed_log = str(tmp_path / "resumed.log")
-    driver = _driver(cluster, [*args, "--resume"], resumed_log)
+    more = meta["env_steps"] + 4096
+    driver = _driver(cluster, [*args, "--resume", f"--total_env_steps={more}"], resumed_log)
     try:
         rc = driver.wait(timeout=600)
     finally:
@@ -219,5 +221,5 @@ def test_ray_learner_lost_on_head_node_then_resumed(cluster, tmp_path):
     after = _records(logdir)[n_before:]
     assert after and all(r["policy_version"] >= step and r["env_steps"] >= meta["env_steps"]
                          for r in after), after[:3]
-    assert max(r.get("episode_return_mean", 0) for r in after) >= TARGET, after[-3:]
+    assert after[-1]["env_steps"] >= more, after[-3:]
     _assert_nothing_left(cluster, logdir)
