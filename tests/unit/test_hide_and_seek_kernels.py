@@ -63,13 +63,13 @@ def test_compiled_rays_see_what_mujoco_rays_see(variant):
 
 
 class _DictOnly:
-    """The env without ``step_arrays``: ``MultiAgentVectorEnv`` takes its dict path."""
+    """The env without ``step_rows``: ``MultiAgentVectorEnv`` takes its dict path."""
 
     def __init__(self, env):
         self._env = env
 
     def __getattr__(self, name):
-        if name == "step_arrays":
+        if name == "step_rows":
             raise AttributeError(name)
         return getattr(self._env, name)
 
