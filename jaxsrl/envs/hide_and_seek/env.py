@@ -180,24 +180,21 @@ class HideAndSeekEnv(ParallelEnv):
         if actions.ndim != 2 or actions.shape[1] != len(ACTION_DIMS) or actions.dtype.kind not in "iu":
             raise ValueError(f"actions must be an integer array of shape [rows, {len(ACTION_DIMS)}], "
                              f"got {actions.dtype} {actions.shape}")
-        cfg, idx = self.config, self._idx
-        nh = idx.n_hiders
         in_prep = self._t < self._prep_steps  # seekers are frozen: no motion, no grab, no lock
         grab, lock = self._grab, self._lock
-        kernels.controls(actions, rows, cfg.n_action_bins, self._bin_scale, cfg.action_max, nh, in_prep, self._ctrl,
-                         grab, lock)
+        kernels.controls(actions, rows, *self._ctrl_args, in_prep, self._ctrl, grab, lock)
         m = self._manip
         m.apply(grab, lock, self._seen, self._vision.centre_dist)
-        physics_ok = self._guard.step(cfg.n_substeps)
+        physics_ok = self._guard.step(self._n_substeps)
         mujoco.mj_kinematics(self._model, self._data)
         self._t += 1
 
         self._observe(obs, rows)
         q = self._qpos  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
-        any_seen, team_r, n_out = kernels.rewards(q, self._seen, self._sign, nh, in_prep, self._half_bounds,
-                                                  self._penalize_objects, float(cfg.boundary_penalty), rows, reward)
-        self._stats.record(q, m.lock_team_now, m.held, self._team, any_seen, in_prep, team_r, n_out)
-        if physics_ok and self._t < cfg.horizon:
+        any_seen, team_r, n_out = kernels.rewards(q, self._seen, self._sign, self._idx.n_hiders, in_prep,
+                                                  *self._reward_args, rows, reward)
+        self._stats.record(q, m.lock_team_now, m.held, any_seen, in_prep, team_r, n_out)
+        if physics_ok and self._t < self._horizon:
             return None
         if not physics_ok:  # the solver failed twice: end here, marked for discard (guard.py)
             reward[rows] = 0.0
@@ -261,7 +258,7 @@ class HideAndSeekEnv(ParallelEnv):
         self._team = self._manip.team
         self.agents = [f"hider_{i}" for i in range(idx.n_hiders)] + [f"seeker_{i}" for i in range(idx.n_seekers)]
         self._t = 0
-        self._stats = EpisodeStats(idx, cfg.prep_steps, q)
+        self._stats = EpisodeStats(idx, cfg.prep_steps, q, self._team)
         self._seen = np.zeros((idx.n_agents, idx.n_agents - 1 + idx.n_objects), bool)  # see Vision
         # cached per episode: what a step cannot change
         self._acts = np.empty((idx.n_agents, 5), np.int64)
@@ -271,8 +268,9 @@ class HideAndSeekEnv(ParallelEnv):
         self._lock = np.empty(idx.n_agents, bool)
         self._ctrl = data.ctrl.reshape(idx.n_agents, 3)  # a view (3 motors per agent, agent order)
         self._sign = np.where(self._team == HIDER, 1.0, -1.0)
-        self._half_bounds = float(cfg.bounds_size / 2)
-        self._penalize_objects = bool(cfg.penalize_objects_out)
+        self._ctrl_args = (cfg.n_action_bins, self._bin_scale, cfg.action_max, idx.n_hiders)
+        self._reward_args = (float(cfg.bounds_size / 2), bool(cfg.penalize_objects_out), float(cfg.boundary_penalty))
+        self._n_substeps, self._horizon = cfg.n_substeps, cfg.horizon
 
     @staticmethod
     def _per_agent(batch: dict[str, np.ndarray], agents: list[str]) -> dict[str, dict[str, np.ndarray]]:

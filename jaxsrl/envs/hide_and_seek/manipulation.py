@@ -99,6 +99,11 @@ class Manipulation:
         self._target = np.empty(a, np.int64)
         self._dist = np.zeros((a, o))
         self._usable = np.zeros((a, o), bool)
+        # kernels.manipulate's arguments after the buttons, seen and centre_dist: arrays
+        # updated in place (the data's are views of it), fetched once
+        self._decide_args = (self.near_radius, self._reach, data.xpos, data.xmat, self._agent_ids, self._obj_ids,
+                             self._centre_dz, self._half, self._lockable, self.team, self.which_locked, self.locked,
+                             self.held, self._dist, self._usable, self._to_unlock, self._to_lock, self._target)
 
     @property
     def lock_team(self) -> np.ndarray:
@@ -134,11 +139,7 @@ class Manipulation:
         The decisions are one compiled call (``kernels.manipulate``); Python edits the
         model only where a lock or a grab changes.
         """
-        lock_change, grab_change = kernels.manipulate(
-            grab, lock, seen, centre_dist, self.near_radius, self._reach, self._d.xpos, self._d.xmat,
-            self._agent_ids, self._obj_ids, self._centre_dz, self._half, self._lockable, self.team,
-            self.which_locked, self.locked, self.held, self._dist, self._usable, self._to_unlock, self._to_lock,
-            self._target)
+        lock_change, grab_change = kernels.manipulate(grab, lock, seen, centre_dist, *self._decide_args)
         if lock_change:
             self._lock(lock, self._usable)
         if grab_change:
@@ -158,7 +159,7 @@ class Manipulation:
             joints = self._obj_joints[obj]
             m.jnt_range[joints] = d.qpos[m.jnt_qposadr[joints]][:, None]
             m.jnt_limited[joints] = True
-        self.locked = (self.locked & ~to_unlock) | to_lock
+        self.locked[:] = (self.locked & ~to_unlock) | to_lock  # in place: _decide_args holds it
 
     def _grab(self) -> None:
         """Move the welds to ``kernels.manipulate``'s grab targets (in ``_target``)."""

@@ -86,6 +86,10 @@ def observation_shapes(cfg: HideAndSeekConfig) -> dict[str, tuple[int, ...]]:
     }
 
 
+_WRITTEN = ("self", "agents", "agents_mask", "boxes", "boxes_mask", "ramps", "ramps_mask", "lidar")
+"""The keys ``kernels.build_observations`` writes, in its argument order."""
+
+
 class ObservationBuilder:
     """Builds ``{key: [A, *shape]}`` float32 arrays for the ``A`` agents of one episode.
 
@@ -109,6 +113,8 @@ class ObservationBuilder:
         self._rest_z = np.asarray(rest_z, np.float64)
         self._size_cols = 3 if cfg.n_elongated[1] > 0 else 0
         self._prep_den = cfg.prep_steps + 1e-5  # prep_obs = min(1, t / (prep_steps + 1e-5))
+        self._lock_ramp, self._extra, self._horizon = bool(cfg.lock_ramp), bool(cfg.extra_obs), cfg.horizon
+        self._out: tuple = (None, ())  # (the last ``out`` of build, its arrays in _WRITTEN order)
         shapes = {k: (a,) + shape for k, shape in observation_shapes(cfg).items()}
         sizes = [int(np.prod(shape)) for shape in shapes.values()]
         self._flat = np.zeros(sum(sizes), np.float32)  # every key's template, one buffer
@@ -145,11 +151,9 @@ class ObservationBuilder:
         already hold this episode's constant parts (``new()``, or an earlier observation
         of the episode): agent ``i``'s observation is written in row ``rows[i]``.
         """
-        cfg = self._cfg
+        if out is not self._out[0]:  # the arrays of the same dict are fetched once
+            self._out = (out, tuple(out[k] for k in _WRITTEN))
         kernels.build_observations(
             qpos, qvel, self._rest_z, seen, self.others, self.team, locked, which_locked, held,
-            self._b, self._size_cols, bool(cfg.lock_ramp), bool(cfg.extra_obs), step / cfg.horizon,
-            min(1.0, step / self._prep_den), lidar, rows,
-            out["self"], out["agents"], out["agents_mask"], out["boxes"], out["boxes_mask"],
-            out["ramps"], out["ramps_mask"], out["lidar"],
-        )
+            self._b, self._size_cols, self._lock_ramp, self._extra, step / self._horizon,
+            min(1.0, step / self._prep_den), lidar, rows, *self._out[1])

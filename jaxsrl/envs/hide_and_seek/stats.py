@@ -30,7 +30,8 @@ from jaxsrl.envs.hide_and_seek.scene import SceneIndex
 class EpisodeStats:
     """Accumulates statistics of one episode; ``qpos`` arguments are ``[M, 4]``."""
 
-    def __init__(self, index: SceneIndex, prep_steps: int, qpos: np.ndarray):
+    def __init__(self, index: SceneIndex, prep_steps: int, qpos: np.ndarray, team: np.ndarray):
+        """``team``: ``[A]`` team of each agent (0 hiders, 1 seekers)."""
         self._idx = index
         self._prep_steps = prep_steps
         self._start = qpos[index.n_agents :, :3].copy()  # [O, 3]
@@ -42,8 +43,8 @@ class EpisodeStats:
         self._post_prep = 0
         self._seen = 0
         self._team_return = 0.0
-        self._held_steps: np.ndarray | None = None
-        self._team: np.ndarray | None = None
+        self._held_steps = np.zeros(index.n_agents, np.int64)  # [A] steps each agent held something
+        self._team = team
         self._out = 0
 
     def _move(self, qpos: np.ndarray) -> np.ndarray:
@@ -55,9 +56,8 @@ class EpisodeStats:
         part = lock_team[lo:hi]
         return float(np.sum(part == HIDER)), float(np.sum(part == SEEKER))
 
-    def record(
-        self, qpos, lock_team, held, team, any_hider_seen: bool, in_prep: bool, hider_team_reward: float, n_out: int
-    ) -> None:
+    def record(self, qpos, lock_team, held, any_hider_seen: bool, in_prep: bool, hider_team_reward: float,
+               n_out: int) -> None:
         """Called after every env step (``in_prep``: the step belonged to the preparation phase;
         ``qpos`` ``[M, 4]`` after it). ``lock_team``: ``[O]`` array, or a function returning
         it (called only at the "prep" snapshot step, the one step that reads it)."""
@@ -66,9 +66,7 @@ class EpisodeStats:
             self._post_prep += 1
             self._seen += int(any_hider_seen)
         self._team_return += hider_team_reward
-        if self._held_steps is None:
-            self._held_steps, self._team = np.zeros(len(held), np.int64), team
-        self._held_steps += held >= 0  # [A] steps each agent held something
+        np.add(self._held_steps, held >= 0, out=self._held_steps)
         self._out += n_out
         if self._steps == self._snapshot_step:
             self._prep_move = self._move(qpos)
@@ -96,8 +94,7 @@ class EpisodeStats:
         out["hider_team_return"] = float(self._team_return)
         out["seeker_team_return"] = -float(self._team_return)
         steps = max(self._steps, 1)
-        held = self._held_steps if self._held_steps is not None else np.zeros(0, np.int64)
-        team = self._team if self._team is not None else np.zeros(0, np.int64)
+        held, team = self._held_steps, self._team
         out["hider_holding_fraction"] = float(held[team == HIDER].sum()) / (steps * max(idx.n_hiders, 1))
         out["seeker_holding_fraction"] = float(held[team == SEEKER].sum()) / (steps * max(idx.n_seekers, 1))
         out["agent_out_steps"] = float(self._out)
