@@ -126,7 +126,7 @@ class MultiAgentVectorEnv:
             self._lengths[e] += 1
             if any(term.values()) or any(trunc.values()):
                 if final is None:
-                    final = {k: np.zeros_like(v) for k, v in self._obs.items()}
+                    final = {k: np.zeros(v.shape, v.dtype) for k, v in self._obs.items()}
                 self._write(e, obs, final)
                 took_part = [(e * A + a, agent) for a, agent in enumerate(self.agents) if agent in present]
                 obs = self._end_episode(e, env, [row for row, _ in took_part],
@@ -143,7 +143,7 @@ class MultiAgentVectorEnv:
             self._lengths[by_rows] += 1
         for e, infos in ended:  # every row of the group is written: the ended episodes' last observations
             if final is None:
-                final = {k: np.zeros_like(v) for k, v in self._obs.items()}
+                final = {k: np.zeros(v.shape, v.dtype) for k, v in self._obs.items()}
             rows = self._rows[e]
             for k, v in self._obs.items():
                 final[k][rows] = v[rows]
@@ -151,7 +151,7 @@ class MultiAgentVectorEnv:
                                     discarded, episodes)
             self._write(e, obs, self._obs)
         if final is None:
-            final = {k: np.zeros_like(v) for k, v in self._obs.items()}
+            final = {k: np.zeros(v.shape, v.dtype) for k, v in self._obs.items()}
         return StepResult({k: v.copy() for k, v in self._obs.items()}, reward, terminated,
                           truncated, final, episodes, valid,
                           discarded if np.count_nonzero(discarded) else None)

@@ -191,9 +191,10 @@ class HideAndSeekEnv(ParallelEnv):
 
         self._observe(obs, rows)
         q = self._qpos  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
-        any_seen, team_r, n_out = kernels.rewards(q, self._seen, self._sign, self._idx.n_hiders, in_prep,
-                                                  *self._reward_args, rows, reward)
-        self._stats.record(q, m.lock_team_now, m.held, any_seen, in_prep, team_r, n_out)
+        kernels.rewards(q, self._seen, self._sign, self._idx.n_hiders, in_prep, *self._reward_args, rows, reward,
+                        m.held, self._stats.tally)
+        if self._t == self._stats.snapshot_step:
+            self._stats.snapshot(q, m.lock_team)
         if physics_ok and self._t < self._horizon:
             return None
         if not physics_ok:  # the solver failed twice: end here, marked for discard (guard.py)
@@ -281,7 +282,7 @@ class HideAndSeekEnv(ParallelEnv):
     def _observe(self, obs: dict[str, np.ndarray], rows: np.ndarray) -> None:
         """Sense, and write the observation into rows ``rows`` of ``obs`` (``ObservationBuilder.build``)."""
         m = self._manip
-        self._seen, lidar = self._vision.sense(self._data, self._lidar)
+        self._seen, lidar = self._vision.sense(self._data, self._lidar, self._seen)
         self._builder.build(self._qpos, self._qvel, self._seen, lidar, m.locked, m.which_locked, m.held, self._t,
                             obs, rows)
 

@@ -127,9 +127,14 @@ def controls(acts, rows, n_bins, bin_scale, action_max, n_hiders, in_prep, ctrl,
         lock[i] = acts[r, 4] > 0 and not frozen
 
 
+TALLY_STEPS, TALLY_POST_PREP, TALLY_SEEN, TALLY_TEAM_RETURN, TALLY_OUT, TALLY = 0, 1, 2, 3, 4, 5
+"""Entries of the episode tally that ``rewards`` adds to; each agent's holding steps follow."""
+
+
 @jit
-def rewards(qpos, seen, sign, n_hiders, in_prep, half_bounds, penalize_objects, penalty, rows, rew):
-    """One step's rewards (the rules in ``env.py``).
+def rewards(qpos, seen, sign, n_hiders, in_prep, half_bounds, penalize_objects, penalty, rows, rew, held, tally):
+    """One step's rewards (the rules in ``env.py``), and the step added to the episode's
+    tally (``stats.EpisodeStats``).
 
     Args:
       qpos: ``[M, 4]`` float64 (x, y, z, yaw) of the movable bodies, agents first.
@@ -137,10 +142,10 @@ def rewards(qpos, seen, sign, n_hiders, in_prep, half_bounds, penalize_objects, 
       sign: ``[A]`` +1 for hiders, -1 for seekers. half_bounds: half the bounds square (m).
       penalize_objects: every agent gets ``-penalty`` while an object is outside.
       rows: ``[A]`` int; rew: ``[R]`` float out, agent ``i``'s reward in ``rew[rows[i]]``.
-
-    Returns:
-      ``(any_seen, team_reward, n_out)``: a seeker sees a hider; the hiders' team reward
-      (0 in the preparation phase); agents outside the bounds.
+      held: ``[A]`` int object each agent holds (-1: none).
+      tally: ``[TALLY + A]`` float64, added to: steps, post-preparation steps, those in which
+        a seeker saw a hider, the hiders' team reward (0 in the preparation phase), agents
+        outside the bounds, then each agent's steps holding an object (``TALLY_*`` indices).
     """
     a = rows.shape[0]
     any_seen = False
@@ -160,7 +165,15 @@ def rewards(qpos, seen, sign, n_hiders, in_prep, half_bounds, penalize_objects, 
         if not in_prep and (out or objects_out):  # penalties replace the reward, none in prep
             r = -penalty
         rew[rows[i]] = r
-    return any_seen, team_r, n_out
+        if held[i] >= 0:
+            tally[TALLY + i] += 1.0
+    tally[TALLY_STEPS] += 1.0
+    if not in_prep:
+        tally[TALLY_POST_PREP] += 1.0
+        if any_seen:
+            tally[TALLY_SEEN] += 1.0
+    tally[TALLY_TEAM_RETURN] += team_r
+    tally[TALLY_OUT] += n_out
 
 
 @jit

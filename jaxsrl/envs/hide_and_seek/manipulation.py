@@ -107,10 +107,6 @@ class Manipulation:
 
     @property
     def lock_team(self) -> np.ndarray:
-        return self.lock_team_now()
-
-    def lock_team_now(self) -> np.ndarray:
-        """``lock_team`` as a method (a bound function the stats call only when they need it)."""
         return np.where(self.locked, self.team[self.which_locked], NO_TEAM)
 
     def distances(self) -> np.ndarray:
