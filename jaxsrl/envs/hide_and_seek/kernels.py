@@ -1,6 +1,6 @@
 """Compiled (Numba) loops of the hide-and-seek step: the per-step array work of the
-observation builder, the controls, the rewards, grab and lock, one call each instead of
-dozens of small NumPy operations. Vision's (rays and the arithmetic around them) is in
+observation builder, the controls, the rewards and the episode tally, grab and lock, the
+guard's velocity check, one call each instead of dozens of small NumPy operations. Vision's (rays and the arithmetic around them) is in
 ``raycast.py``.
 
 At 4-6 agents and 3-10 objects every NumPy call here handles a few dozen numbers and
