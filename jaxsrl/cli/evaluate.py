@@ -10,6 +10,9 @@ same command is ``python scripts/evaluate.py ...`` or ``python -m jaxsrl.cli.eva
     python scripts/evaluate.py --logdir runs/cp --video cp.mp4       # every episode; or cp.gif
     python scripts/evaluate.py --checkpoint runs/cp/checkpoints/default/120 --sample
 
+A device-actor run (a JAX-native ``--env`` such as ``gymnax:CartPole-v1``) is evaluated
+on that env, its episodes under one compiled loop; its videos are drawn by gymnax's
+Visualizer (gymnax ids only; other envs say in one line that they cannot record one).
 Actions are the policy's most likely ones unless ``--sample``. The env is built as in
 training; only ``--video`` asks it for ``rgb_array`` frames (an env that cannot draw
 them is an error naming it). MP4 needs the ``imageio-ffmpeg`` package (without it a
@@ -45,7 +48,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     p.add_argument("--sample", action="store_true",
                    help="sample actions as in training (default: deterministic, most likely action)")
-    p.add_argument("--seed", type=int, default=0, help="episode i resets the env with seed + i")
+    p.add_argument("--seed", type=int, default=0, help="episode i resets the env with seed + i (JAX-native envs: key PRNGKey(seed))")
     p.add_argument("--max_steps", type=int, default=None, help="cut episodes after this many steps")
     p.add_argument("--video", default=None,
                    help="write a video of the evaluated episodes, one after the other (.mp4 or .gif)")

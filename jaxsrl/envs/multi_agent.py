@@ -12,10 +12,12 @@ end of an episode are reported with each agent's episode. An episode whose last 
 carry a true ``"discard_episode"`` (hide-and-seek's physics failed twice: its guard.py) is
 not reported: its last step is not valid and its rows are flagged in
 ``StepResult.discarded``, so the actor can mask the episode's steps it still holds and
-count it (``episodes_discarded``). An environment that also has
-``step_arrays(actions [n, ...]) -> (obs {key: [n, ...]}, rewards [n], terminated [n],
-truncated [n], infos [n])`` over its current ``agents`` in order (as ``HideAndSeekEnv``
-does) is stepped through it: no per-agent dicts either side. Imports no JAX.
+count it (``episodes_discarded``). An environment with a flat ``Dict`` observation space
+that also has ``step_rows(actions [R, ...], rows [n], obs {key: [R, ...]}, reward [R])
+-> None | infos [n]`` (as ``HideAndSeekEnv`` does; ``rows``: the rows of its current
+``agents`` in order) is stepped through it: it writes its agents' rows of the group's
+arrays in place and returns its infos only when its episode ends (by truncation), so no
+per-agent dicts either side. Imports no JAX.
 """
 
 from __future__ import annotations
@@ -59,17 +61,19 @@ class MultiAgentVectorEnv:
         self._obs = {k: np.zeros((self.num_rows,) + shape, dtype) for k, (dtype, shape) in leaves.items()}
         self._returns = np.zeros(self.num_rows, np.float64)
         self._lengths = np.zeros(num_envs, np.int64)
-        self._arrays = [callable(getattr(env, "step_arrays", None)) for env in self.envs]
-        self._rows: list = [None] * num_envs  # rows of each env's present agents (slice or index array)
+        self._rows: list = [None] * num_envs  # rows of each env's present agents (int64 index array)
         names = {k: f"obs/{k}" for k in getattr(self.observation_space, "spaces", {})}  # a Dict's keys
-        self._flat_names = names if names and set(names.values()) == set(leaves) else None  # flat Dict only
+        flat = names and set(names.values()) == set(leaves)  # a flat Dict
+        self._by_rows = [flat and callable(getattr(env, "step_rows", None)) for env in self.envs]
+        self._row_obs = {k: self._obs[n] for k, n in names.items()} if flat else {}  # env keys -> group arrays
+        self._valid = np.zeros(self.num_rows, bool)  # rows of the agents of each env's current episode
 
-    def _present_rows(self, e: int, env: Any):
-        """Rows of ``env.agents`` (in that order): a slice when they are consecutive."""
+    def _present_rows(self, e: int, env: Any) -> np.ndarray:
+        """Rows of ``env.agents`` (in that order), int64; also marks them in ``_valid``."""
         A = len(self.agents)
-        rows = np.array([e * A + self.agents.index(a) for a in env.agents], np.intp)
-        if len(rows) and np.array_equal(rows, rows[0] + np.arange(len(rows))):
-            return slice(int(rows[0]), int(rows[0]) + len(rows))
+        rows = np.array([e * A + self.agents.index(a) for a in env.agents], np.int64)
+        self._valid[e * A:(e + 1) * A] = False
+        self._valid[rows] = True
         return rows
 
     def _write(self, e: int, obs: dict, out: dict) -> None:
@@ -99,21 +103,22 @@ class MultiAgentVectorEnv:
         reward = np.zeros(self.num_rows, np.float32)
         terminated = np.zeros(self.num_rows, bool)
         truncated = np.zeros(self.num_rows, bool)
-        valid = np.zeros(self.num_rows, bool)  # the row's agent acts in this step
+        valid = self._valid.copy()  # the row's agent acts in this step
         discarded = np.zeros(self.num_rows, bool)  # the row's episode ended for discard here
         final = None
         episodes = []
+        ended = []  # (env, its last infos) of the envs stepped by rows whose episode ended
         for e, env in enumerate(self.envs):
-            if self._arrays[e]:
-                final = self._step_arrays(e, env, action, reward, terminated, truncated, valid, discarded,
-                                          final, episodes)
+            if self._by_rows[e]:
+                infos = env.step_rows(action, self._rows[e], self._row_obs, reward)
+                if infos is not None:
+                    ended.append((e, infos))
                 continue
             present = set(env.agents)  # variable team sizes: absent agents' rows idle
             acts = {agent: action[e * A + a] for a, agent in enumerate(self.agents) if agent in present}
             obs, rew, term, trunc, infos = env.step(acts)
             for a, agent in enumerate(self.agents):
                 if agent in present:
-                    valid[e * A + a] = True
                     reward[e * A + a] = rew[agent]
                     terminated[e * A + a] = term[agent]
                     truncated[e * A + a] = trunc[agent] and not term[agent]
@@ -121,7 +126,7 @@ class MultiAgentVectorEnv:
             self._lengths[e] += 1
             if any(term.values()) or any(trunc.values()):
                 if final is None:
-                    final = {k: np.zeros_like(v) for k, v in self._obs.items()}
+                    final = {k: np.zeros(v.shape, v.dtype) for k, v in self._obs.items()}
                 self._write(e, obs, final)
                 took_part = [(e * A + a, agent) for a, agent in enumerate(self.agents) if agent in present]
                 obs = self._end_episode(e, env, [row for row, _ in took_part],
@@ -129,8 +134,24 @@ class MultiAgentVectorEnv:
                                         any(term.values()), terminated, truncated, valid, discarded,
                                         episodes)
             self._write(e, obs, self._obs)
+        if all(self._by_rows):  # the dict path above counts its own envs
+            self._returns += reward
+            self._lengths += 1
+        elif any(self._by_rows):
+            by_rows = np.asarray(self._by_rows, bool)
+            self._returns[np.repeat(by_rows, A)] += reward[np.repeat(by_rows, A)]
+            self._lengths[by_rows] += 1
+        for e, infos in ended:  # every row of the group is written: the ended episodes' last observations
+            if final is None:
+                final = {k: np.zeros(v.shape, v.dtype) for k, v in self._obs.items()}
+            rows = self._rows[e]
+            for k, v in self._obs.items():
+                final[k][rows] = v[rows]
+            obs = self._end_episode(e, self.envs[e], rows.tolist(), infos, False, terminated, truncated, valid,
+                                    discarded, episodes)
+            self._write(e, obs, self._obs)
         if final is None:
-            final = {k: np.zeros_like(v) for k, v in self._obs.items()}
+            final = {k: np.zeros(v.shape, v.dtype) for k, v in self._obs.items()}
         return StepResult({k: v.copy() for k, v in self._obs.items()}, reward, terminated,
                           truncated, final, episodes, valid,
                           discarded if np.count_nonzero(discarded) else None)
@@ -159,38 +180,6 @@ class MultiAgentVectorEnv:
         obs, _ = env.reset()
         self._rows[e] = self._present_rows(e, env)
         return obs
-
-    def _flatten(self, obs: dict) -> dict:
-        """``flatten_obs`` of a batch, with the names computed once for a flat ``Dict`` space."""
-        names = self._flat_names
-        return flatten_obs(obs) if names is None else {names[k]: v for k, v in obs.items()}
-
-    def _step_arrays(self, e, env, action, reward, terminated, truncated, valid, discarded, final,
-                     episodes):
-        """``step`` of env ``e`` through its ``step_arrays``; returns ``final`` (created
-        when this env's episode ends)."""
-        A = len(self.agents)
-        rows = self._rows[e]
-        obs, rew, term, trunc, infos = env.step_arrays(action[rows])
-        valid[rows] = True
-        reward[rows] = rew
-        terminated[rows] = term
-        truncated[rows] = trunc & ~term
-        self._returns[e * A:(e + 1) * A] += reward[e * A:(e + 1) * A]
-        self._lengths[e] += 1
-        flat = self._flatten(obs)
-        if not (np.count_nonzero(term) or np.count_nonzero(trunc)):
-            for k, v in flat.items():
-                self._obs[k][rows] = v
-            return final
-        if final is None:
-            final = {k: np.zeros_like(v) for k, v in self._obs.items()}
-        for k, v in flat.items():
-            final[k][rows] = v
-        obs = self._end_episode(e, env, np.arange(self.num_rows)[rows].tolist(), infos, bool(term.any()),
-                                terminated, truncated, valid, discarded, episodes)
-        self._write(e, obs, self._obs)
-        return final
 
     def close(self) -> None:
         for env in self.envs:

@@ -14,8 +14,9 @@ to ``LOGDIR/run_events.jsonl``::
 
 Events are recorded whatever the logging level (a run logged at WARNING still records
 its INFO events). Read them with :func:`read_events`. Only the accelerator process
-records: actor processes report through exit codes and error files, which the
-launcher turns into events.
+records (and, once it is lost under ``--launcher=ray``, the driver: :func:`append`):
+actor processes report through exit codes and error files, which the launcher turns
+into events.
 
 Kinds, with their fields:
 
@@ -40,6 +41,10 @@ Kinds, with their fields:
 * ``node_lost`` (``--launcher=ray``): node_id, node_ip, processes (``{"module",
   "actor_id", "pid"}`` each: this run's processes that were on the node when Ray
   declared it dead; ``jaxsrl/launch/ray_nodes.py``)
+* ``accelerator_lost`` (``--launcher=ray``; recorded by the driver, the run being gone):
+  node_ip, node_id, pid (the accelerator process: learner, and inference unless
+  ``--remote_inference``), reason (Ray's words, one line); the run stopped
+  (``jaxsrl/launch/ray_loss.py``)
 * ``run_end``: env_steps, checkpoints (policy -> saved version or null)
 """
 
@@ -92,10 +97,30 @@ def emit(logger: logging.Logger, level: int, kind: str, fields: dict, msg: str, 
     with _lock:
         if not _sinks:
             return
-        line = json.dumps({"time": time.time(), "event": kind, "level": logging.getLevelName(level),
-                           "message": msg % args if args else msg, **fields}, default=str)
+        line = _line(level, kind, fields, msg % args if args else msg)
         for sink in _sinks:
             sink.write(line)
+
+
+def append(path: str, level: int, kind: str, fields: dict, message: str) -> None:
+    """Append one ``kind`` event to the events file ``path`` (created if missing) without
+    logging it: for a process that records on behalf of a run that is gone (the Ray
+    driver naming a lost accelerator process, ``jaxsrl/launch/ray_loss.py``).
+
+    Raises:
+      OSError: ``path`` cannot be written.
+    """
+    sink = _Sink(path)
+    try:
+        with _lock:
+            sink.write(_line(level, kind, fields, message))
+    finally:
+        sink.close()
+
+
+def _line(level: int, kind: str, fields: dict, message: str) -> str:
+    return json.dumps({"time": time.time(), "event": kind, "level": logging.getLevelName(level),
+                       "message": message, **fields}, default=str)
 
 
 @contextlib.contextmanager

@@ -317,8 +317,6 @@ REFUSED: tuple[Refusal, ...] = (
     Refusal("device actors", "dataflow table", _DEVICE),
     Refusal("device actors", "inference given", "they act on the accelerator; leave --inference "
             "at auto (docs/device_actors.md)"),
-    Refusal("device actors", "periodic evaluation", "evaluation steps Gymnasium envs only "
-            "(docs/device_actors.md)"),
     Refusal("device actors", "opponents", _DEVICE),
 )
 

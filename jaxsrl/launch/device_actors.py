@@ -18,12 +18,15 @@ the environments' from step to step and segment to segment
 (:class:`~jaxsrl.workers.device.rollout.RecurrentCarry`), reset where an episode ended,
 and each trajectory holds its segments' first carry, as the CPU actors send it.
 
+Periodic evaluation (``--eval_every``) runs in the loop, on the device
+(:class:`~jaxsrl.launch.device_eval.DeviceEvaluator`).
+
 Not here yet (refused with a one-line error): off-policy agents (their device actors
 would write into an on-device replay, which does not exist yet),
-self-play, ``[dataflow]`` tables, several learner processes, Ray, remote inference
-and periodic evaluation. ``--num_actors``, ``--envs_per_actor`` and ``--ring_size``
-do not apply: the device actors step ``batch_segments`` environments, one segment per
-row of each update.
+self-play, ``[dataflow]`` tables, several learner processes, Ray and remote
+inference. ``--num_actors``, ``--envs_per_actor`` and ``--ring_size`` do not apply:
+the device actors step ``batch_segments`` environments, one segment per row of each
+update.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from jaxsrl.experiment.checkpoint import Checkpointer
 from jaxsrl.experiment.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
 from jaxsrl.experiment import modes
 from jaxsrl.experiment.run_dir import RunDir
+from jaxsrl.launch.device_eval import DeviceEvaluator
 from jaxsrl.parallel import devices
 from jaxsrl.parallel.compile_cache import enable_compilation_cache
 from jaxsrl.workers.device.fused import jit_fused_step, make_fused_step, put_env_carry
@@ -89,6 +93,8 @@ def train(cfg: Any, logdir: str) -> dict:
         raise ValueError(f"batch_segments={num_envs} is not divisible by the {mesh.size} "
                          "local devices")
     env = registry.make(cfg.env, cfg.env_kwargs, cfg.clip_actions)
+    evaluator = (DeviceEvaluator(logdir, cfg.eval_every, cfg.eval_episodes, env, fns)
+                 if cfg.eval_every > 0 else None)
     # Every check has passed: only now is the run folder changed.
     run_folder.prepare(logdir, cfg.overwrite)
     config = resumption.config_record(cfg, cfg.inference, logdir)
@@ -109,7 +115,7 @@ def train(cfg: Any, logdir: str) -> dict:
             from jaxsrl.launch.device_population import PopulationLoop as loop_class  # noqa: PLC0415
         else:
             loop_class = _Loop
-        loop = loop_class(cfg, logdir, policy, fns, env, mesh, clock)
+        loop = loop_class(cfg, logdir, policy, fns, env, mesh, clock, evaluator)
         if cfg.resume:
             resumption.commit_config(logdir, config)
         return loop.run() | {"logdir": logdir}
@@ -140,8 +146,9 @@ def _install_stop_flag() -> dict:
 class _Loop:
     """State of one device-actor run: learner state, environments, counters, sinks."""
 
-    def __init__(self, cfg, logdir, policy, fns, env, mesh, clock):
+    def __init__(self, cfg, logdir, policy, fns, env, mesh, clock, evaluator=None):
         self.cfg, self.logdir, self.policy, self.clock = cfg, logdir, policy, clock
+        self.evaluator = evaluator
         self.num_envs, self.T = cfg.batch_segments, cfg.segment_length
         # As the first trainer of a CPU run seeds itself (jaxsrl.launch.wiring).
         rng, init_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
@@ -193,6 +200,7 @@ class _Loop:
                 if self._log_due() and self._done():
                     break
                 self._checkpoint_due()
+                self._evaluate_due()
         finally:  # a second signal only sets the flag again: the cleanup runs to its end
             for item in queued:
                 self._count(*item)
@@ -235,6 +243,13 @@ class _Loop:
         if self.clock() - self.last_ckpt >= self.cfg.checkpoint_interval_s:
             self.last_ckpt = self.clock()
             self._save()
+
+    def _evaluate_due(self) -> None:
+        """``--eval_every``: checkpoint the newest version, then evaluate it."""
+        if self.evaluator is not None and self.evaluator.due(self.version):
+            self._save()
+            saved = {self.policy: os.path.join(self.ckpt.directory, str(self.version))}
+            self.metrics.add_means(self.evaluator.evaluate(self.state.params, self.version, saved))
 
     def _save(self) -> None:
         """Checkpoint the newest state (host copies: the device buffers are donated to

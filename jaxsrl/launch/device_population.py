@@ -20,6 +20,7 @@ stacked), so nothing is recompiled.
 Run folder as a CPU population's: ``checkpoints/<member>/<version>`` (``{"agent",
 "rng"}`` of that member), ``population/``, ``metrics.jsonl`` with ``policy_version/<member>``;
 ``--resume`` restores every member and the manager's lineage, round and generator.
+``--eval_every`` evaluates ``member0``, as a CPU population's evaluation does.
 Env frames: ``total_env_steps`` counts all members' together, as on CPU actors; each
 member's learning-rate schedule is planned over its share.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import threading
 from typing import Any, Callable
 
@@ -106,8 +108,9 @@ class PopulationLoop(_Loop):
     round whenever the manager is ready. Same constructor as ``_Loop`` (``policy`` and
     ``fns`` are rebuilt per member: each plans its schedule over its share of frames)."""
 
-    def __init__(self, cfg, logdir, policy, fns, env, mesh, clock):  # noqa: ARG002
+    def __init__(self, cfg, logdir, policy, fns, env, mesh, clock, evaluator=None):  # noqa: ARG002
         self.cfg, self.logdir, self.clock, self.mesh = cfg, logdir, clock, mesh
+        self.evaluator = evaluator
         self.num_envs, self.T = cfg.batch_segments, cfg.segment_length
         self.metrics = MetricsAccumulator()
         self.population = Population(cfg, logdir, self.metrics)
@@ -184,6 +187,16 @@ class PopulationLoop(_Loop):
                 handle.checkpoint_requested.clear()
                 self._save_member(i)
         super()._checkpoint_due()
+
+    def _evaluate_due(self) -> None:
+        """``--eval_every``: as a CPU population's evaluation, the first member's
+        (``member0``) newest version, checkpointed, every ``eval_every`` of its versions."""
+        name, version = self.members[0], int(self.version[0])
+        if self.evaluator is not None and self.evaluator.due(version):
+            self._save_member(0)
+            saved = {name: os.path.join(self.ckpts[name].directory, str(version))}
+            self.metrics.add_means(self.evaluator.evaluate(member(self.state, 0).params,
+                                                           version, saved))
 
     def _save(self) -> None:
         for i in range(len(self.members)):

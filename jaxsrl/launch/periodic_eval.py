@@ -69,14 +69,20 @@ class PeriodicEvaluator:
                         err.strip().splitlines()[-1:] or "")
             return {"eval/failures": 1.0}
         with open(self._path) as f:
-            summary = json.load(f)["summary"]
-        out = {f"eval/{k}": float(v) for k, v in summary.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        out["eval/policy_version"] = float(self._version)
-        log.info("evaluation of version %d: return %.2f", self._version, out.get("eval/return_mean", float("nan")))
-        return out
+            return eval_metrics(json.load(f)["summary"], self._version)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def eval_metrics(summary: dict, version: int) -> dict:
+    """The ``eval/*`` means of an evaluation ``summary`` (:meth:`EvalResult.summary
+    <jaxsrl.tools.evaluation.EvalResult.summary>`, its numbers) of policy ``version``,
+    as ``metrics.jsonl`` records them (and logs the return)."""
+    out = {f"eval/{k}": float(v) for k, v in summary.items()
+           if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    out["eval/policy_version"] = float(version)
+    log.info("evaluation of version %d: return %.2f", version, out.get("eval/return_mean", float("nan")))
+    return out

@@ -48,6 +48,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without Ray inst
     raise ImportError("--launcher=ray needs Ray: pip install -e '.[ray]'") from exc
 
 from jaxsrl.core.paths import REPO_ROOT
+from jaxsrl.launch import ray_loss
 from jaxsrl.launch.ray_spawner import (ACTOR_MODULE, LEARNER_MODULE, RaySpawner, resource_option,
                                        spawner_for)
 from jaxsrl.launch.supervision import ComponentDied
@@ -207,14 +208,16 @@ def train_on_ray(cfg: Any) -> dict:
     Raises:
       As :func:`~jaxsrl.launch.launcher.train` (``ComponentDied``, ``ValueError``, ...), raised
       on the driver; ``ComponentDied`` also when Ray cannot place the accelerator
-      process in ``START_TIMEOUT_S`` or it dies; ``KeyboardInterrupt`` after Ctrl-C or
+      process in ``START_TIMEOUT_S`` or it dies (one line naming it, also recorded as
+      an ``accelerator_lost`` run event: :mod:`jaxsrl.launch.ray_loss`; the run can
+      continue with ``--resume``); ``KeyboardInterrupt`` after Ctrl-C or
       SIGTERM and a clean stop.
     """
     cfg.validate()
     from jaxsrl.launch.launcher import default_logdir  # noqa: PLC0415  (imports JAX: not on the driver)
     cfg = dataclasses.replace(cfg, logdir=os.path.abspath(cfg.logdir or default_logdir(cfg)))
     started = connect(cfg)
-    host = None
+    host = where = None
     try:
         options = {"num_cpus": cfg.learner_cpus, "num_gpus": cfg.learner_gpus,
                    **resource_option(cfg.learner_resources, "learner_resources")}
@@ -233,8 +236,8 @@ def train_on_ray(cfg: Any) -> dict:
         if result["interrupted"]:  # its process got SIGTERM from elsewhere
             raise KeyboardInterrupt("the accelerator process was stopped")
         return result["record"]
-    except ray.exceptions.RayActorError as exc:
-        raise ComponentDied(f"the accelerator process died: {exc}") from exc
+    except ray.exceptions.RayActorError as exc:  # named in one line and in run_events.jsonl
+        raise ComponentDied(ray_loss.lost(cfg.logdir, where, exc)) from exc
     finally:
         if host is not None:
             ray.kill(host)  # frees its GPU now; its process hosts (and children) die with it

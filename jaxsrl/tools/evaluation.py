@@ -10,7 +10,9 @@ Episodes run one at a time in this process, without actors or sockets::
 Gymnasium envs are built with ``gymnasium.make(env)`` as in training, and with
 ``render_mode="rgb_array"`` only when a video is asked for (an env that cannot draw
 frames then fails with a ``ValueError`` naming it); jaxsrl's multi-agent envs
-(hide-and-seek) with their module's ``make_env``. All agents
+(hide-and-seek) with their module's ``make_env``; a JAX-native env (a device-actor run,
+``gymnax:CartPole-v1``) by :mod:`jaxsrl.tools.device_evaluation`, its episodes under one
+compiled loop. All agents
 of a multi-agent env that share a policy are stacked into one batch for ``act``; with a
 policy per team (a ``teams`` dataflow), each team's agents use their own policy.
 Used by :mod:`jaxsrl.cli.evaluate` (``scripts/evaluate.py``).
@@ -31,6 +33,7 @@ import jax
 import numpy as np
 
 from jaxsrl.envs import is_multi_agent, make_env
+from jaxsrl.envs.jax_native import is_jax_native
 from jaxsrl.tools.video import VideoWriter, mp4_available, write_video  # noqa: F401 (re-exported)
 
 log = logging.getLogger("jaxsrl.tools.evaluation")
@@ -89,7 +92,8 @@ class EvalResult:
         return out
 
 
-def _supports_deterministic(act: Callable) -> bool:
+def supports_deterministic(act: Callable) -> bool:
+    """Whether ``act`` takes ``deterministic=True`` (the most likely action)."""
     try:
         params = inspect.signature(act).parameters
     except (TypeError, ValueError):
@@ -190,7 +194,8 @@ def evaluate(run: LoadedRun, episodes: int = 10, deterministic: bool = True, see
       episodes: number of episodes; episode ``i`` resets the env with ``seed + i``.
       deterministic: take the most likely action (``act(..., deterministic=True)``);
         else sample as during training.
-      seed: env seeds and the sampling key.
+      seed: env seeds and the sampling key (a JAX-native env: the evaluation's key
+        ``PRNGKey(seed)``, split over the episodes).
       video: ``.mp4`` (needs ``imageio-ffmpeg``; falls back to ``.gif`` if missing) or
         ``.gif`` path for a video of every episode, one after the other (streamed to
         MP4: frames are not kept in memory).
@@ -208,10 +213,14 @@ def evaluate(run: LoadedRun, episodes: int = 10, deterministic: bool = True, see
         raise ValueError(f"episodes={episodes} must be >= 1")
     if video_episode is not None and not 0 <= video_episode < episodes:
         raise ValueError(f"video_episode={video_episode} must be in [0, episodes={episodes})")
-    if deterministic and not _supports_deterministic(run.fns.act):
+    if deterministic and not supports_deterministic(run.fns.act):
         raise ValueError(f"agent {run.agent.name!r}: act() has no 'deterministic' keyword; "
                          "evaluate with sampled actions instead")
     env_id = run.config["env"]
+    if is_jax_native(env_id):  # a device-actor run: its JAX-native env, one compiled loop
+        from jaxsrl.tools import device_evaluation  # noqa: PLC0415 (imports the env's library)
+        return device_evaluation.evaluate(run, episodes, deterministic, seed, video, video_episode,
+                                          video_every, video_fps, max_steps)
     env = make_eval_env(run.config, render=video is not None)
     policies = {name: _Policy(run, name, deterministic) for name in run.policies}
     rng = jax.random.PRNGKey(seed)

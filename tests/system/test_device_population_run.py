@@ -36,7 +36,7 @@ def test_a_population_on_device_actors_writes_each_member_then_resumes(tmp_path)
     env = dict(os.environ, JAXSRL_PROGRESS="0", PYTHONPATH=REPO_ROOT)
     proc = subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *SMALL,
-         "--total_env_steps=4096", f"--logdir={logdir}"],
+         "--total_env_steps=4096", "--eval_every=8", "--eval_episodes=2", f"--logdir={logdir}"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "actors on the device" in next(line for line in proc.stderr.splitlines()
@@ -55,6 +55,10 @@ def test_a_population_on_device_actors_writes_each_member_then_resumes(tmp_path)
     for m in MEMBERS:  # every member's newest state is checkpointed at its own version
         assert str(versions[m]) in os.listdir(run.checkpoint_dir(m))
     assert len(store.events()) == last.get("pbt/exploits", 0)
+    assert "eval/return_mean" in keys  # --eval_every evaluates member0, as on CPU actors
+    folder = os.path.dirname(run.eval_file(8))  # v8, or v9 if an exploit bumped member0 first
+    with open(os.path.join(folder, sorted(os.listdir(folder))[0])) as f:
+        assert list(json.load(f)["checkpoints"]) == ["member0"]
     lineage, state = store.load()
     assert state["round"] == last["pbt/rounds"]
 

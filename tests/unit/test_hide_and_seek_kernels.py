@@ -4,8 +4,12 @@
   ``mj_multiRay`` (``Vision.mujoco_rays``, used when ``compiled_rays`` is False) on
   random poses of every movable body, overlaps, bodies in the air and observers inside
   other geoms included: ``seen`` and the lidar must be equal, bit for bit.
-* ``MultiAgentVectorEnv``'s ``step_arrays`` path against its per-agent dict path on the
-  same seeded episodes (the full game: variable team sizes, so absent agents' rows).
+* ``MultiAgentVectorEnv``'s group step (``HideAndSeekEnv.step_rows`` writing each env's
+  rows of the group's arrays in place) against its per-agent dict path, one env at a time,
+  on the same seeded episodes (the full game: variable team sizes, so absent agents' rows;
+  episodes end and reset, boxes get locked). Mutations caught: the controls reading row
+  ``i`` instead of ``rows[i]`` of the group's actions; the lock flags written only while
+  some object is locked (an unlock then leaves the last step's flags in the group's arrays).
 
 The observation kernels (``raycast.line_of_sight``, ``raycast.seen_and_lidar``, ``build_observations``)
 are pinned by ``test_hide_and_seek_reference.py`` (a trace recorded before them).
@@ -63,18 +67,18 @@ def test_compiled_rays_see_what_mujoco_rays_see(variant):
 
 
 class _DictOnly:
-    """The env without ``step_arrays``: ``MultiAgentVectorEnv`` takes its dict path."""
+    """The env without ``step_rows``: ``MultiAgentVectorEnv`` takes its dict path."""
 
     def __init__(self, env):
         self._env = env
 
     def __getattr__(self, name):
-        if name == "step_arrays":
+        if name == "step_rows":
             raise AttributeError(name)
         return getattr(self._env, name)
 
 
-def test_vector_env_array_path_matches_dict_path():
+def test_vector_env_group_step_matches_per_env_steps():
     kwargs = {"variant": "full", "horizon": 30}
     fast = MultiAgentVectorEnv(make_env, kwargs, 2, seed=3)
     slow = MultiAgentVectorEnv(lambda **kw: _DictOnly(make_env(**kw)), kwargs, 2, seed=3)
@@ -83,7 +87,7 @@ def test_vector_env_array_path_matches_dict_path():
         np.testing.assert_array_equal(obs_f[k], obs_s[k])
     rng = np.random.default_rng(0)
     nvec = fast.action_space.nvec
-    ended = absent = 0
+    ended = absent = locked = 0
     for _ in range(100):
         action = rng.integers(0, nvec, size=(fast.num_rows, len(nvec)))
         f, s = fast.step(action), slow.step(action)
@@ -95,4 +99,5 @@ def test_vector_env_array_path_matches_dict_path():
         assert f.episodes == s.episodes
         ended += len(s.episodes)
         absent += int(np.count_nonzero(~s.valid))
-    assert ended > 0 and absent > 0  # episodes ended, and some rows were of absent agents
+        locked += sum(int(np.count_nonzero(env.lock_team >= 0)) for env in fast.envs)
+    assert ended > 0 and absent > 0 and locked > 0  # episodes ended, rows of absent agents, locks

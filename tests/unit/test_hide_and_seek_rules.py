@@ -189,11 +189,12 @@ def test_statistics_movement_is_the_3d_norm():
 
     idx = SceneIndex(1, 1, 1, 0, np.arange(3), np.arange(3), 0)
     q0 = np.zeros((3, 4))
-    stats = EpisodeStats(idx, 0, q0)
+    stats = EpisodeStats(idx, 0, q0, np.array([0, 1]))
     q1 = q0.copy()
     q1[2, :3] = [0.3, 0.0, 0.4]  # the box moved 0.3 in x and rose 0.4: 0.5 m (x-y alone: 0.3)
     lock = np.full(1, -1)
-    stats.record(q1, lock, np.full(2, -1), np.array([0, 1]), False, True, 0.0, 0)
+    assert stats.snapshot_step == 1  # prep_steps 0: the snapshot follows the first step
+    stats.snapshot(q1, lock)
     out = stats.summary(q1, lock, np.zeros(2, np.int64))
     assert out["box_move_prep_max"] == pytest.approx(0.5)
     assert out["box_move_end_mean"] == pytest.approx(0.5)

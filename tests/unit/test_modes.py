@@ -61,7 +61,7 @@ EXPECTED = {
     ("opponents", "population"), ("opponents", "learner processes"),
     ("device actors", "launcher=ray"), ("device actors", "learner processes"),
     ("device actors", "dataflow table"),
-    ("device actors", "inference given"), ("device actors", "periodic evaluation"),
+    ("device actors", "inference given"),
     ("device actors", "opponents"),
 }
 

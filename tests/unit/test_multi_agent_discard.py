@@ -2,7 +2,7 @@
 ``info["discard_episode"]`` (hide-and-seek's physics failed twice): such an episode is
 not reported, its last step is not valid and its rows are flagged ``discarded``; other
 environments' episodes of the same step are reported as usual. Both step paths: per-agent
-dicts and ``step_arrays`` (hide-and-seek's), and the real game with a guard that always
+dicts and ``step_rows`` (hide-and-seek's), and the real game with a guard that always
 fails."""
 
 from __future__ import annotations
@@ -52,17 +52,25 @@ class Game:
         pass
 
 
-class ArrayGame(Game):
-    """The same game through ``step_arrays`` (the path hide-and-seek takes)."""
+class RowGame(Game):
+    """The same game through ``step_rows`` (the path hide-and-seek takes; a flat ``Dict``
+    observation space, as that path needs)."""
 
-    def step_arrays(self, actions):
+    def observation_space(self, agent):
+        return gymnasium.spaces.Dict({"ep": gymnasium.spaces.Box(-np.inf, np.inf, (1,), np.float32)})
+
+    def reset(self, seed=None, options=None):
+        obs, infos = super().reset(seed, options)
+        return {a: {"ep": o} for a, o in obs.items()}, infos
+
+    def step_rows(self, actions, rows, obs, reward):
         end, info = self._end()
-        n = len(self.agents)
-        return (np.full((n, 1), self.ep, np.float32), np.ones(n, np.float32),
-                np.zeros(n, bool), np.full(n, end), [dict(info) for _ in range(n)])
+        obs["ep"][rows] = self.ep
+        reward[rows] = 1.0
+        return [dict(info) for _ in rows] if end else None
 
 
-@pytest.mark.parametrize("game", [Game, ArrayGame])
+@pytest.mark.parametrize("game", [Game, RowGame])
 def test_a_discarded_episode_is_not_reported_and_its_last_step_not_valid(game):
     # env 0 discards its second episode (index 1), env 1 none
     env = MultiAgentVectorEnv(lambda discard: game(discard), {"discard": 1}, 2, seed=0)
@@ -81,7 +89,8 @@ def test_a_discarded_episode_is_not_reported_and_its_last_step_not_valid(game):
     assert len(second.episodes) == 2  # env 1's two agents only
     assert all(e["return"] == 2.0 and e["stat"] == 7.0 for e in second.episodes)
     third = env.step(np.zeros(4, np.int64))
-    assert third.obs["obs"][0, 0] == 2.0  # env 0 was reset: its episode 2
+    key = "obs/ep" if game is RowGame else "obs"
+    assert third.obs[key][0, 0] == 2.0  # env 0 was reset: its episode 2
     assert third.discarded is None and third.valid.all()
 
 

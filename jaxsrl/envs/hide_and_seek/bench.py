@@ -6,7 +6,10 @@ Usage (pin to one core)::
     taskset -c 0 python -m jaxsrl.envs.hide_and_seek.bench --variant full --steps 2000 --physics
 
 Counts env steps (one step = all agents act once) including resets; ``--physics``
-also times bare ``mj_step`` on the same scenes for reference. Prints the best of
+also times bare ``mj_step`` on the same scenes for reference. ``--group N`` steps ``N``
+envs as an actor does (``MultiAgentVectorEnv``: ``HideAndSeekEnv.step_rows`` into the
+group's arrays, the ``StepResult`` copies included) instead of one env through
+PettingZoo's per-agent dicts; the physics reference stays one env's. Prints the best of
 ``--repeats`` runs of the same seeded workload, since other processes on a shared
 machine only slow things down.
 """
@@ -36,6 +39,24 @@ def env_steps_per_second(variant: str, steps: int, seed: int = 0, clock=time.per
         if not env.agents:
             env.reset()
     return steps / (clock() - t0)
+
+
+def group_env_steps_per_second(variant: str, steps: int, group: int, seed: int = 0,
+                               clock=time.perf_counter) -> float:
+    """Env steps per second of ``group`` envs stepped together by ``MultiAgentVectorEnv``
+    (``steps // group`` group steps of random actions, resets included), timed by ``clock``."""
+    from jaxsrl.envs.multi_agent import MultiAgentVectorEnv  # noqa: PLC0415  (this option only)
+
+    venv = MultiAgentVectorEnv(make_env, {"variant": variant}, group, seed)
+    venv.reset()
+    rng = np.random.default_rng(seed)
+    nvec = venv.action_space.nvec
+    n = max(steps // group, 1)
+    acts = rng.integers(0, nvec, size=(n, venv.num_rows, len(nvec)))
+    t0 = clock()
+    for k in range(n):
+        venv.step(acts[k])
+    return n * group / (clock() - t0)
 
 
 def physics_steps_per_second(variant: str, steps: int, seed: int = 0,
@@ -80,10 +101,18 @@ def main() -> None:
     p.add_argument("--cpu", action="store_true",
                    help="time by this thread's CPU time (time.thread_time) instead of the wall clock: "
                         "less sensitive to other processes on a shared core")
+    p.add_argument("--group", type=int, default=0,
+                   help="step this many envs together as an actor's MultiAgentVectorEnv does (0: one env, dicts)")
     args = p.parse_args()
     clock, unit = (time.thread_time, "CPU-s") if args.cpu else (time.perf_counter, "s")
-    env_rate = max(env_steps_per_second(args.variant, args.steps, clock=clock) for _ in range(args.repeats))
-    print(f"{args.variant}: {env_rate:,.0f} env steps/{unit} (random actions, resets included)")
+    if args.group > 0:
+        env_rate = max(group_env_steps_per_second(args.variant, args.steps, args.group, clock=clock)
+                       for _ in range(args.repeats))
+        how = f"a group of {args.group}"
+    else:
+        env_rate = max(env_steps_per_second(args.variant, args.steps, clock=clock) for _ in range(args.repeats))
+        how = "one env"
+    print(f"{args.variant}: {env_rate:,.0f} env steps/{unit} ({how}, random actions, resets included)")
     if args.physics:
         phys = max(physics_steps_per_second(args.variant, args.steps, clock=clock) for _ in range(args.repeats))
         print(f"{args.variant}: {phys:,.0f} physics-only steps/{unit} (15 substeps each)")

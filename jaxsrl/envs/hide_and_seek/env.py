@@ -130,7 +130,9 @@ class HideAndSeekEnv(ParallelEnv):
         if layout is None:
             layout = generate_layout(self.config, self._rng)
         self._setup(layout)
-        return self._per_agent(self._observe(), self.agents), {a: {} for a in self.agents}
+        batch = self._builder.new()
+        self._observe(batch, self._own_rows)
+        return self._per_agent(batch, self.agents), {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]):
         """Advance 0.075 s. ``actions[agent]``: 5 ints (see ``ACTION_DIMS``); missing
@@ -143,73 +145,74 @@ class HideAndSeekEnv(ParallelEnv):
         for i, name in enumerate(agents):
             act = actions.get(name)
             acts[i] = noop if act is None else act
-        batch, rew, done, infos = self._advance(acts)
-        return (self._per_agent(batch, agents), dict(zip(agents, rew.tolist())), dict.fromkeys(agents, False), dict.fromkeys(agents, done),
-                dict(zip(agents, infos)))
+        batch, rew = self._builder.new(), np.empty(len(agents))
+        infos = self.step_rows(acts, self._own_rows, batch, rew)
+        done = infos is not None
+        if not done:
+            infos = self._infos(False, True)
+        return (self._per_agent(batch, agents), dict(zip(agents, rew.tolist())), dict.fromkeys(agents, False),
+                dict.fromkeys(agents, done), dict(zip(agents, infos)))
 
-    def step_arrays(self, actions: np.ndarray):
-        """``step`` on arrays, for vectorised actors (``MultiAgentVectorEnv`` uses it when
-        an env has it): no per-agent dicts.
+    def step_rows(self, actions: np.ndarray, rows: np.ndarray, obs: dict[str, np.ndarray],
+                  reward: np.ndarray) -> list[dict] | None:
+        """``step`` on a vectorised actor's arrays (``MultiAgentVectorEnv`` uses it when an
+        env has it): agent ``agents[i]`` is row ``rows[i]`` of a group's arrays, written in
+        place; no per-agent dicts, and infos only when the episode ends.
 
         Args:
-          actions: ``[n, 5]`` ints, row ``i`` for ``agents[i]`` (``n = len(agents)``).
+          actions: ``[R, 5]`` integer action bins; row ``rows[i]`` is ``agents[i]``'s.
+          rows: ``[n]`` int64 (``n = len(agents)``).
+          obs: ``{key: [R, *shape]}`` float32 (the keys of ``observation_space``); rows
+            ``rows`` must hold an observation of this episode (the reset's, or the last
+            step's): only the per-step columns are written.
+          reward: ``[R]`` float out; agent ``i``'s reward is written to ``reward[rows[i]]``.
 
         Returns:
-          ``(obs, rewards, terminated, truncated, infos)``: ``obs`` ``{key: [n, *shape]}``
-          float32 (the keys of ``observation_space``), ``rewards`` ``[n]`` float64,
-          ``terminated``/``truncated`` ``[n]`` bool, ``infos`` a list of ``n`` dicts; row
-          ``i`` holds what ``step`` gives ``agents[i]``.
+          None while the episode goes on; when it ends (every agent truncated, never
+          terminated: the horizon, or a physics failure), the ``n`` infos ``step`` gives
+          then, after which ``reset`` is due.
 
         Raises:
-          RuntimeError: the episode is over. ValueError: ``actions`` not of shape ``[n, 5]``.
+          RuntimeError: the episode is over. ValueError: ``actions`` not integer ``[R, 5]``.
         """
         if not self.agents:
             raise RuntimeError("episode is over: call reset()")
-        acts = self._acts
-        actions = np.asarray(actions)
-        if actions.shape != acts.shape:
-            raise ValueError(f"actions must have shape {acts.shape} (agents x {len(ACTION_DIMS)}), got {actions.shape}")
-        acts[...] = actions
-        batch, rew, done, infos = self._advance(acts)
-        n = len(rew)
-        return batch, rew, np.zeros(n, bool), np.full(n, done), infos
-
-    def _advance(self, acts: np.ndarray):
-        """One step on ``acts`` ``[A, 5]`` (the episode's agents): ``(batch, rewards [A]
-        float64, done, infos list)``; ends the episode (``agents = []``) when done."""
-        cfg, idx = self.config, self._idx
-        a, nh = idx.n_agents, idx.n_hiders
+        if actions.ndim != 2 or actions.shape[1] != len(ACTION_DIMS) or actions.dtype.kind not in "iu":
+            raise ValueError(f"actions must be an integer array of shape [rows, {len(ACTION_DIMS)}], "
+                             f"got {actions.dtype} {actions.shape}")
         in_prep = self._t < self._prep_steps  # seekers are frozen: no motion, no grab, no lock
         grab, lock = self._grab, self._lock
-        kernels.controls(acts, cfg.n_action_bins, self._bin_scale, cfg.action_max, nh, in_prep, self._ctrl, grab, lock)
+        kernels.controls(actions, rows, *self._ctrl_args, in_prep, self._ctrl, grab, lock)
         m = self._manip
-        m.apply(grab, lock, self._seen[:, a - 1 :], self._vision.centre_dist[:, a - 1 :])
-        physics_ok = self._guard.step(cfg.n_substeps)
+        m.apply(grab, lock, self._seen, self._vision.centre_dist)
+        physics_ok = self._guard.step(self._n_substeps)
         mujoco.mj_kinematics(self._model, self._data)
         self._t += 1
 
-        batch = self._observe()
-        q = self._qpos
-        rew = np.empty(a)  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
-        any_seen, team_r, n_out = kernels.rewards(q, self._seen, self._sign, nh, in_prep, self._half_bounds,
-                                                  self._penalize_objects, float(cfg.boundary_penalty), rew)
-        self._stats.record(q, m.lock_team_now, m.held, self._team, any_seen, in_prep, team_r, n_out)
-
-        done = self._t >= cfg.horizon
-        next_in_prep = self._t < self._prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
+        self._observe(obs, rows)
+        q = self._qpos  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
+        kernels.rewards(q, self._seen, self._sign, self._idx.n_hiders, in_prep, *self._reward_args, rows, reward,
+                        m.held, self._stats.tally)
+        if self._t == self._stats.snapshot_step:
+            self._stats.snapshot(q, m.lock_team)
+        if physics_ok and self._t < self._horizon:
+            return None
         if not physics_ok:  # the solver failed twice: end here, marked for discard (guard.py)
-            rew[:] = 0.0
-            done = True
-        if done:
-            infos = [{"in_prep_phase": next_in_prep, "discard_episode": not physics_ok} for _ in range(a)]
-            if physics_ok:
-                stats = self._stats.summary(q, m.lock_team, m.lock_events)
-                for info in infos:
-                    info["episode_stats"] = dict(stats)
-            self.agents = []
-        else:
-            infos = [{"in_prep_phase": next_in_prep, "discard_episode": False} for _ in range(a)]
-        return batch, rew, done, infos
+            reward[rows] = 0.0
+        self.agents = []
+        return self._infos(True, physics_ok)
+
+    def _infos(self, done: bool, physics_ok: bool) -> list[dict]:
+        """The infos of the step just taken, one per agent of the episode."""
+        a = self._idx.n_agents
+        next_in_prep = self._t < self._prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
+        infos = [{"in_prep_phase": next_in_prep, "discard_episode": not physics_ok} for _ in range(a)]
+        if done and physics_ok:
+            m = self._manip
+            stats = self._stats.summary(self._qpos, m.lock_team, m.lock_events)
+            for info in infos:
+                info["episode_stats"] = dict(stats)
+        return infos
 
     def render(self) -> np.ndarray | None:
         """Top-down RGB image ``[H, W, 3]`` uint8 of the current state (None if
@@ -256,16 +259,19 @@ class HideAndSeekEnv(ParallelEnv):
         self._team = self._manip.team
         self.agents = [f"hider_{i}" for i in range(idx.n_hiders)] + [f"seeker_{i}" for i in range(idx.n_seekers)]
         self._t = 0
-        self._stats = EpisodeStats(idx, cfg.prep_steps, q)
+        self._stats = EpisodeStats(idx, cfg.prep_steps, q, self._team)
         self._seen = np.zeros((idx.n_agents, idx.n_agents - 1 + idx.n_objects), bool)  # see Vision
         # cached per episode: what a step cannot change
         self._acts = np.empty((idx.n_agents, 5), np.int64)
+        self._own_rows = np.arange(idx.n_agents, dtype=np.int64)  # step's rows: agent order
+        self._lidar = np.empty((idx.n_agents, cfg.n_lidar), np.float32)
         self._grab = np.empty(idx.n_agents, bool)
         self._lock = np.empty(idx.n_agents, bool)
         self._ctrl = data.ctrl.reshape(idx.n_agents, 3)  # a view (3 motors per agent, agent order)
         self._sign = np.where(self._team == HIDER, 1.0, -1.0)
-        self._half_bounds = float(cfg.bounds_size / 2)
-        self._penalize_objects = bool(cfg.penalize_objects_out)
+        self._ctrl_args = (cfg.n_action_bins, self._bin_scale, cfg.action_max, idx.n_hiders)
+        self._reward_args = (float(cfg.bounds_size / 2), bool(cfg.penalize_objects_out), float(cfg.boundary_penalty))
+        self._n_substeps, self._horizon = cfg.n_substeps, cfg.horizon
 
     @staticmethod
     def _per_agent(batch: dict[str, np.ndarray], agents: list[str]) -> dict[str, dict[str, np.ndarray]]:
@@ -273,14 +279,12 @@ class HideAndSeekEnv(ParallelEnv):
         items = list(batch.items())
         return {name: {k: v[i] for k, v in items} for i, name in enumerate(agents)}
 
-    def _observe(self) -> dict[str, np.ndarray]:
-        """``{key: [A, *shape]}`` observations of the episode's agents, new arrays."""
-        builder, m = self._builder, self._manip
-        batch = builder.new(self._t)
-        self._seen, lidar = self._vision.sense(self._data, batch["lidar"])
-        builder.build(self._qpos, self._qvel, self._seen, lidar, m.locked, m.which_locked, m.held, self._t,
-                      out=batch)
-        return batch
+    def _observe(self, obs: dict[str, np.ndarray], rows: np.ndarray) -> None:
+        """Sense, and write the observation into rows ``rows`` of ``obs`` (``ObservationBuilder.build``)."""
+        m = self._manip
+        self._seen, lidar = self._vision.sense(self._data, self._lidar, self._seen)
+        self._builder.build(self._qpos, self._qvel, self._seen, lidar, m.locked, m.which_locked, m.held, self._t,
+                            obs, rows)
 
 
 def make_env(variant: str = "quadrant", render_mode: str | None = None, **overrides: Any) -> HideAndSeekEnv:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from jaxsrl.envs.hide_and_seek import kernels
+
 _SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
 _CG = int(mujoco.mjtSolver.mjSOL_CG)
 
@@ -38,7 +40,6 @@ class GuardedStep:
         self._m, self._d, self._limit = model, data, float(limit)
         self._state = np.empty(mujoco.mj_stateSize(model, _SPEC))
         self._qvel = data.qvel  # a view of the data's velocities
-        self._speed = np.empty_like(self._qvel)
         self._dt = model.opt.timestep
         self.retries = 0
 
@@ -47,7 +48,7 @@ class GuardedStep:
         end = d.time + nstep * self._dt
         mujoco.mj_step(self._m, d, nstep=nstep)
         # NaN fails the comparison; an auto-reset (bad qpos/qvel/qacc) restarts the clock
-        return bool(np.abs(self._qvel, out=self._speed).max() < self._limit) and abs(d.time - end) < 1e-6
+        return kernels.speeds_below(self._qvel, self._limit) and abs(d.time - end) < 1e-6
 
     def step(self, nstep: int) -> bool:
         """Advance ``nstep`` substeps; False if the physics failed twice (state restored)."""

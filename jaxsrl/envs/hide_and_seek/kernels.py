@@ -1,6 +1,6 @@
 """Compiled (Numba) loops of the hide-and-seek step: the per-step array work of the
-observation builder, the controls, the rewards, grab and lock, one call each instead of
-dozens of small NumPy operations. Vision's (rays and the arithmetic around them) is in
+observation builder, the controls, the rewards and the episode tally, grab and lock, the
+guard's velocity check, one call each instead of dozens of small NumPy operations. Vision's (rays and the arithmetic around them) is in
 ``raycast.py``.
 
 At 4-6 agents and 3-10 objects every NumPy call here handles a few dozen numbers and
@@ -34,10 +34,11 @@ def _row8(dst, src_q, src_v, rest_z):
 
 @jit
 def build_observations(qpos, qvel, rest_z, seen, others, team, locked, which_locked, held,
-                       n_boxes, size_cols, lock_ramp, extra, time_frac,
-                       self_obs, agents, agents_mask, boxes, boxes_mask, ramps, ramps_mask):
-    """Fill the per-step columns of the observation arrays (``observations.py`` has the
-    layout; the constant columns are already in the arrays).
+                       n_boxes, size_cols, lock_ramp, extra, time_frac, prep, lidar, rows,
+                       self_obs, agents, agents_mask, boxes, boxes_mask, ramps, ramps_mask, lidar_out):
+    """Fill every per-step column of agent ``i``'s observation in row ``rows[i]`` of the
+    output arrays (``observations.py`` has the layout; the constant columns, written once
+    per episode, are left alone).
 
     Args:
       qpos, qvel: ``[M, 4]`` float64 (x, y, z, yaw) and velocities of the movable bodies
@@ -46,45 +47,51 @@ def build_observations(qpos, qvel, rest_z, seen, others, team, locked, which_loc
       team: ``[A]`` int; locked: ``[O]`` bool; which_locked: ``[O]`` int; held: ``[A]`` int.
       n_boxes: boxes among the ``O`` objects; size_cols: 3 if boxes carry their size, else 0;
       lock_ramp: ramps have lock columns; extra: the ``extra_obs`` columns;
-      time_frac: env steps taken / horizon.
-      self_obs ... ramps_mask: the float32 arrays of ``ObservationBuilder.new``, written in place.
+      time_frac: env steps taken / horizon; prep: the ``prep_obs`` value.
+      lidar: ``[A, L]`` float32 ranges (m), copied to ``lidar_out``.
+      rows: ``[A]`` int, the output row of each agent.
+      self_obs ... lidar_out: the float32 ``[R, ...]`` arrays of every key, written in place.
     """
-    a = self_obs.shape[0]
+    a = rows.shape[0]
     m = qpos.shape[0]
     o = m - a
     any_locked = False
     for j in range(o):
         any_locked = any_locked or locked[j]
     for i in range(a):
-        _row8(self_obs[i], qpos[i], qvel[i], rest_z[i])
+        r = rows[i]
+        _row8(self_obs[r], qpos[i], qvel[i], rest_z[i])
+        self_obs[r, 9] = prep
         if extra:
-            self_obs[i, 10], self_obs[i, 11] = math.sin(qpos[i, 3]), math.cos(qpos[i, 3])
-            self_obs[i, 12] = time_frac
-            self_obs[i, 13] = 1.0 if held[i] >= 0 else 0.0
+            self_obs[r, 10], self_obs[r, 11] = math.sin(qpos[i, 3]), math.cos(qpos[i, 3])
+            self_obs[r, 12] = time_frac
+            self_obs[r, 13] = 1.0 if held[i] >= 0 else 0.0
+        for j in range(lidar.shape[1]):
+            lidar_out[r, j] = lidar[i, j]
         xi, yi = qpos[i, 0], qpos[i, 1]
         for c in range(a - 1):
             j = others[i, c]
-            _row8(agents[i, c], qpos[j], qvel[j], rest_z[j])
+            _row8(agents[r, c], qpos[j], qvel[j], rest_z[j])
+            agents[r, c, 9] = prep
             if extra:
-                agents[i, c, 10], agents[i, c, 11] = qpos[j, 0] - xi, qpos[j, 1] - yi
-                agents[i, c, 12], agents[i, c, 13] = math.sin(qpos[j, 3]), math.cos(qpos[j, 3])
-            agents_mask[i, c] = 1.0 if seen[i, c] else 0.0
+                agents[r, c, 10], agents[r, c, 11] = qpos[j, 0] - xi, qpos[j, 1] - yi
+                agents[r, c, 12], agents[r, c, 13] = math.sin(qpos[j, 3]), math.cos(qpos[j, 3])
+            agents_mask[r, c] = 1.0 if seen[i, c] else 0.0
         for j in range(o):
             is_box = j < n_boxes
-            rows, mask = (boxes, boxes_mask) if is_box else (ramps, ramps_mask)
+            rows_j, mask = (boxes, boxes_mask) if is_box else (ramps, ramps_mask)
             s = j if is_box else j - n_boxes
             b = a + j
-            row = rows[i, s]
+            row = rows_j[r, s]
             row[0], row[1], row[2] = qpos[b, 0], qpos[b, 1], qpos[b, 2] - rest_z[b]
             row[3], row[4] = math.cos(qpos[b, 3]), math.sin(qpos[b, 3])
             row[5], row[6], row[7], row[8] = qvel[b, 0], qvel[b, 1], qvel[b, 2], qvel[b, 3]
             c = 9 + size_cols
             if is_box or lock_ramp:
-                if any_locked:
-                    lk = locked[j]
-                    row[c] = 1.0 if lk and which_locked[j] == i else 0.0
-                    row[c + 1] = 1.0 if lk and team[which_locked[j]] == team[i] else 0.0
-                    row[c + 2] = 1.0 if lk else 0.0
+                lk = any_locked and locked[j]
+                row[c] = 1.0 if lk and which_locked[j] == i else 0.0
+                row[c + 1] = 1.0 if lk and team[which_locked[j]] == team[i] else 0.0
+                row[c + 2] = 1.0 if lk else 0.0
                 c += 3
             if extra:
                 row[c], row[c + 1] = qpos[b, 0] - xi, qpos[b, 1] - yi
@@ -95,47 +102,52 @@ def build_observations(qpos, qvel, rest_z, seen, others, team, locked, which_loc
                         holders += 1
                 row[c + 2] = 1.0 if mine else 0.0
                 row[c + 3] = 1.0 if holders - (1 if mine else 0) > 0 else 0.0
-            mask[i, s] = 1.0 if seen[i, a - 1 + j] else 0.0
-
-
+            mask[r, s] = 1.0 if seen[i, a - 1 + j] else 0.0
 
 
 @jit
-def controls(acts, n_bins, bin_scale, action_max, n_hiders, in_prep, ctrl, grab, lock):
+def controls(acts, rows, n_bins, bin_scale, action_max, n_hiders, in_prep, ctrl, grab, lock):
     """The motor controls and the grab and lock buttons of one step's actions.
 
     Args:
-      acts: ``[A, 5]`` int action bins (force x, force y, torque z, grab, lock).
+      acts: ``[R, 5]`` int action bins (force x, force y, torque z, grab, lock); agent
+        ``i``'s are row ``rows[i]`` (rows: ``[A]`` int).
       n_bins: bins per motor; bin ``k`` (clipped to ``0 .. n_bins - 1``) gives
         ``k * bin_scale - action_max``. n_hiders: agents ``n_hiders:`` are seekers, frozen
         (zero controls, no grab, no lock) while ``in_prep``.
       ctrl: ``[A, 3]`` float64 out (a view of ``data.ctrl``); grab, lock: ``[A]`` bool out.
     """
-    for i in range(acts.shape[0]):
+    for i in range(rows.shape[0]):
+        r = rows[i]
         frozen = in_prep and i >= n_hiders
         for j in range(3):
-            b = min(max(acts[i, j], 0), n_bins - 1)
+            b = min(max(acts[r, j], 0), n_bins - 1)
             ctrl[i, j] = 0.0 if frozen else b * bin_scale - action_max
-        grab[i] = acts[i, 3] > 0 and not frozen
-        lock[i] = acts[i, 4] > 0 and not frozen
+        grab[i] = acts[r, 3] > 0 and not frozen
+        lock[i] = acts[r, 4] > 0 and not frozen
+
+
+TALLY_STEPS, TALLY_POST_PREP, TALLY_SEEN, TALLY_TEAM_RETURN, TALLY_OUT, TALLY = 0, 1, 2, 3, 4, 5
+"""Entries of the episode tally that ``rewards`` adds to; each agent's holding steps follow."""
 
 
 @jit
-def rewards(qpos, seen, sign, n_hiders, in_prep, half_bounds, penalize_objects, penalty, rew):
-    """One step's rewards (the rules in ``env.py``).
+def rewards(qpos, seen, sign, n_hiders, in_prep, half_bounds, penalize_objects, penalty, rows, rew, held, tally):
+    """One step's rewards (the rules in ``env.py``), and the step added to the episode's
+    tally (``stats.EpisodeStats``).
 
     Args:
       qpos: ``[M, 4]`` float64 (x, y, z, yaw) of the movable bodies, agents first.
       seen: ``[A, A - 1 + O]`` bool (``Vision``): a seeker's first ``n_hiders`` columns are the hiders.
       sign: ``[A]`` +1 for hiders, -1 for seekers. half_bounds: half the bounds square (m).
       penalize_objects: every agent gets ``-penalty`` while an object is outside.
-      rew: ``[A]`` float64 out.
-
-    Returns:
-      ``(any_seen, team_reward, n_out)``: a seeker sees a hider; the hiders' team reward
-      (0 in the preparation phase); agents outside the bounds.
+      rows: ``[A]`` int; rew: ``[R]`` float out, agent ``i``'s reward in ``rew[rows[i]]``.
+      held: ``[A]`` int object each agent holds (-1: none).
+      tally: ``[TALLY + A]`` float64, added to: steps, post-preparation steps, those in which
+        a seeker saw a hider, the hiders' team reward (0 in the preparation phase), agents
+        outside the bounds, then each agent's steps holding an object (``TALLY_*`` indices).
     """
-    a = rew.shape[0]
+    a = rows.shape[0]
     any_seen = False
     for i in range(n_hiders, a):
         for c in range(n_hiders):
@@ -152,8 +164,16 @@ def rewards(qpos, seen, sign, n_hiders, in_prep, half_bounds, penalize_objects, 
         r = sign[i] * team_r
         if not in_prep and (out or objects_out):  # penalties replace the reward, none in prep
             r = -penalty
-        rew[i] = r
-    return any_seen, team_r, n_out
+        rew[rows[i]] = r
+        if held[i] >= 0:
+            tally[TALLY + i] += 1.0
+    tally[TALLY_STEPS] += 1.0
+    if not in_prep:
+        tally[TALLY_POST_PREP] += 1.0
+        if any_seen:
+            tally[TALLY_SEEN] += 1.0
+    tally[TALLY_TEAM_RETURN] += team_r
+    tally[TALLY_OUT] += n_out
 
 
 @jit
@@ -223,3 +243,75 @@ def grab_targets(usable, grab, dist, target):
                 if usable[i, o] and dist[i, o] < best_d:
                     best, best_d = o, dist[i, o]
         target[i] = best
+
+
+@jit
+def manipulate(grab, lock, seen, centre_dist, near_radius, reach, xpos, xmat, agent_body, obj_body, centre_dz, half,
+               lockable, team, which_locked, locked, held, dist, usable, to_unlock, to_lock, target):
+    """The decisions of ``Manipulation.apply`` (its docstring has the rules): which locks
+    and which grabs change this step; the caller edits the model only where they do.
+
+    Args:
+      grab, lock: ``[A]`` bool buttons. seen: ``[A, A - 1 + O]`` bool (``Vision``; the objects
+        are the last ``O`` columns); centre_dist: ``[A, A - 1 + O]`` float64 (m), columns
+        as ``seen``; near_radius: ``[O]`` (m); reach: grab reach (m).
+      xpos ... half: as :func:`cuboid_distances`. lockable: ``[O]`` bool; team: ``[A]`` int;
+        which_locked: ``[O]`` int; locked: ``[O]`` bool; held: ``[A]`` int (-1: none).
+      dist: ``[A, O]`` float64 out (written only when some seen object is near);
+      usable: ``[A, O]`` bool out; to_unlock, to_lock: ``[O]`` bool out (see
+      :func:`lock_changes`); target: ``[A]`` int out: each agent's object after this step.
+
+    Returns:
+      ``(lock_changes, grab_changes)``: some lock changes state (then ``to_unlock``,
+      ``to_lock`` and ``usable`` hold the decision); some agent's ``target`` differs from ``held``.
+    """
+    a, o = usable.shape
+    if o == 0:
+        return False, False
+    pressing_lock = pressing_grab = locked_any = holding = False
+    for i in range(a):
+        pressing_lock = pressing_lock or lock[i]
+        pressing_grab = pressing_grab or grab[i]
+        holding = holding or held[i] >= 0
+    for j in range(o):
+        locked_any = locked_any or locked[j]
+    if not (pressing_lock or locked_any or pressing_grab or holding):
+        return False, False  # nothing to decide: no lock or grab pressed, none held
+    off = seen.shape[1] - o
+    near = False
+    for i in range(a):
+        for j in range(o):
+            near = near or (seen[i, off + j] and centre_dist[i, off + j] <= near_radius[j])
+    any_usable = False
+    if near:
+        cuboid_distances(xpos, xmat, agent_body, obj_body, centre_dz, half, dist)
+        for i in range(a):
+            for j in range(o):
+                u = seen[i, off + j] and dist[i, j] <= reach
+                usable[i, j] = u
+                any_usable = any_usable or u
+    lock_change = False
+    if any_usable:
+        if pressing_lock or locked_any:
+            lock_change = lock_changes(usable, lockable, lock, team, which_locked, locked, to_unlock, to_lock) > 0
+        if pressing_grab or holding:
+            grab_targets(usable, grab, dist, target)
+        else:
+            for i in range(a):
+                target[i] = held[i]
+    else:  # nothing in reach and view: every holder lets go; locks stay as they are
+        for i in range(a):
+            target[i] = -1
+    grab_change = False
+    for i in range(a):
+        grab_change = grab_change or target[i] != held[i]
+    return lock_change, grab_change
+
+
+@jit
+def speeds_below(qvel, limit):
+    """Every ``|qvel|`` below ``limit`` (False on NaN). qvel: ``[nv]`` float64."""
+    for k in range(qvel.shape[0]):
+        if not abs(qvel[k]) < limit:
+            return False
+    return True

@@ -93,19 +93,20 @@ class Manipulation:
         self._agent_bodies = index.body[:a]
         self._obj_bodies = index.body[a : a + o]
         self._obj_joints = [model.body_jntadr[bd] + np.arange(DOFS_PER_BODY) for bd in self._obj_bodies]
-        self._no_objects = o == 0
-        self._rows = np.arange(a)
         self._agent_ids = np.asarray(self._agent_bodies, np.int64)
         self._obj_ids = np.asarray(self._obj_bodies, np.int64)
         self._to_unlock, self._to_lock = np.zeros(o, bool), np.zeros(o, bool)
         self._target = np.empty(a, np.int64)
+        self._dist = np.zeros((a, o))
+        self._usable = np.zeros((a, o), bool)
+        # kernels.manipulate's arguments after the buttons, seen and centre_dist: arrays
+        # updated in place (the data's are views of it), fetched once
+        self._decide_args = (self.near_radius, self._reach, data.xpos, data.xmat, self._agent_ids, self._obj_ids,
+                             self._centre_dz, self._half, self._lockable, self.team, self.which_locked, self.locked,
+                             self.held, self._dist, self._usable, self._to_unlock, self._to_lock, self._target)
 
     @property
     def lock_team(self) -> np.ndarray:
-        return self.lock_team_now()
-
-    def lock_team_now(self) -> np.ndarray:
-        """``lock_team`` as a method (a bound function the stats call only when they need it)."""
         return np.where(self.locked, self.team[self.which_locked], NO_TEAM)
 
     def distances(self) -> np.ndarray:
@@ -117,56 +118,33 @@ class Manipulation:
         kernels.cuboid_distances(d.xpos, d.xmat, self._agent_ids, self._obj_ids, self._centre_dz, self._half, dist)
         return dist
 
-    def apply(
-        self, grab: np.ndarray, lock: np.ndarray, seen_objects: np.ndarray, centre_dist: np.ndarray | None = None
-    ) -> None:
+    def apply(self, grab: np.ndarray, lock: np.ndarray, seen: np.ndarray, centre_dist: np.ndarray) -> None:
         """Update grab welds and lock limits before the physics step.
 
         Args:
           grab: ``[A]`` bool grab actions (already False for frozen agents).
           lock: ``[A]`` bool lock actions (already False for frozen agents).
-          seen_objects: ``[A, O]`` bool, objects visible in each agent's last observation.
-          centre_dist: optional ``[A, O]`` distances (m) from each agent's centre to each
-            object's geom centre at the current kinematics (vision computes them). Where
-            every seen object is farther than reach + the object's bounding radius
-            (``near_radius``), none is in reach and the exact distances are skipped.
-        """
-        if self._no_objects:
-            return
-        nz = np.count_nonzero  # much cheaper than .any() on these few-element arrays
-        pressing_lock, locked_any = nz(lock) > 0, nz(self.locked) > 0
-        pressing_grab, holding = nz(grab) > 0, nz(self.held >= 0) > 0
-        if not (pressing_lock or locked_any or pressing_grab or holding):
-            return  # nothing to decide: no lock or grab pressed, none held
-        if nz(seen_objects) and (centre_dist is None or nz(seen_objects & (centre_dist <= self.near_radius))):
-            dist = self.distances()
-            usable = seen_objects & (dist <= self._reach)  # [A, O]
-            any_usable = nz(usable) > 0
-        else:  # nothing seen: nothing usable, no distance needed
-            dist = usable = None
-            any_usable = False
-        if any_usable:
-            if pressing_lock or locked_any:
-                self._lock(lock, usable)
-            if pressing_grab or holding:
-                self._grab(grab, usable, dist)
-        elif holding:  # nothing in reach and view: every holder lets go; locks stay as they are
-            self._drop_all()
+          seen: ``[A, A - 1 + O]`` bool, what each agent saw in its last observation
+            (``Vision``: the objects are the last ``O`` columns).
+          centre_dist: ``[A, A - 1 + O]`` distances (m) from each agent's centre to each
+            target's geom centre at the current kinematics, columns as ``seen`` (vision
+            computes them). Where every seen object is farther than reach + the object's
+            bounding radius (``near_radius``), none is in reach and the exact distances
+            are skipped.
 
-    def _drop_all(self) -> None:
-        """Equivalent to ``_grab`` with nothing usable: every target is -1."""
-        d, idx = self._d, self._idx
-        for i in np.flatnonzero(self.held >= 0):
-            i = int(i)
-            d.eq_active[idx.grab_eq(i, int(self.held[i]))] = 0
-            self.held[i] = -1
+        The decisions are one compiled call (``kernels.manipulate``); Python edits the
+        model only where a lock or a grab changes.
+        """
+        lock_change, grab_change = kernels.manipulate(grab, lock, seen, centre_dist, *self._decide_args)
+        if lock_change:
+            self._lock(lock, self._usable)
+        if grab_change:
+            self._grab()
 
     def _lock(self, lock: np.ndarray, usable: np.ndarray) -> None:
+        """Apply ``kernels.lock_changes``' decision (in ``_to_unlock``, ``_to_lock``)."""
         d, m = self._d, self._m
         to_unlock, to_lock = self._to_unlock, self._to_lock
-        if not kernels.lock_changes(usable, self._lockable, lock, self.team, self.which_locked, self.locked,
-                                    to_unlock, to_lock):
-            return
         gone, new = to_unlock & self.locked, to_lock & ~self.locked
         for obj in np.flatnonzero(gone):
             m.jnt_limited[self._obj_joints[obj]] = False
@@ -177,12 +155,12 @@ class Manipulation:
             joints = self._obj_joints[obj]
             m.jnt_range[joints] = d.qpos[m.jnt_qposadr[joints]][:, None]
             m.jnt_limited[joints] = True
-        self.locked = (self.locked & ~to_unlock) | to_lock
+        self.locked[:] = (self.locked & ~to_unlock) | to_lock  # in place: _decide_args holds it
 
-    def _grab(self, grab: np.ndarray, usable: np.ndarray, dist: np.ndarray) -> None:
+    def _grab(self) -> None:
+        """Move the welds to ``kernels.manipulate``'s grab targets (in ``_target``)."""
         idx, d, m = self._idx, self._d, self._m
         target = self._target
-        kernels.grab_targets(usable, grab, dist, target)
         for i in np.flatnonzero(target != self.held):
             i = int(i)
             if self.held[i] >= 0:

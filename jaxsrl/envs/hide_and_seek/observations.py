@@ -86,13 +86,16 @@ def observation_shapes(cfg: HideAndSeekConfig) -> dict[str, tuple[int, ...]]:
     }
 
 
+_WRITTEN = ("self", "agents", "agents_mask", "boxes", "boxes_mask", "ramps", "ramps_mask", "lidar")
+"""The keys ``kernels.build_observations`` writes, in its argument order."""
+
+
 class ObservationBuilder:
     """Builds ``{key: [A, *shape]}`` float32 arrays for the ``A`` agents of one episode.
 
-    Every step's arrays are views of one new copy of a flat per-episode template, which
-    already holds what a step cannot change (the ``hider`` flags, the ``*_present`` slots, box sizes, the
-    preparation timer once it reads 1); a step writes only the rest. Arrays handed out
-    are never written again.
+    ``new()`` gives views of one new copy of a flat per-episode template, which already
+    holds what a step cannot change (the ``hider`` flags, the ``*_present`` slots, box
+    sizes); ``build`` writes the rest (every per-step column, the preparation timer included).
 
     Args:
       rest_z: ``[M]`` height (m) of each movable body at rest, subtracted from z.
@@ -110,6 +113,8 @@ class ObservationBuilder:
         self._rest_z = np.asarray(rest_z, np.float64)
         self._size_cols = 3 if cfg.n_elongated[1] > 0 else 0
         self._prep_den = cfg.prep_steps + 1e-5  # prep_obs = min(1, t / (prep_steps + 1e-5))
+        self._lock_ramp, self._extra, self._horizon = bool(cfg.lock_ramp), bool(cfg.extra_obs), cfg.horizon
+        self._out: tuple = (None, ())  # (the last ``out`` of build, its arrays in _WRITTEN order)
         shapes = {k: (a,) + shape for k, shape in observation_shapes(cfg).items()}
         sizes = [int(np.prod(shape)) for shape in shapes.values()]
         self._flat = np.zeros(sum(sizes), np.float32)  # every key's template, one buffer
@@ -124,40 +129,31 @@ class ObservationBuilder:
         t["ramps_present"][:, :r] = 1.0
         if b and self._size_cols:
             t["boxes"][:, :b, 9:12] = self._box_sizes[None]
-        self._prep_in_template = 0.0  # prep_obs value the template holds
 
-    def new(self, step: int) -> dict[str, np.ndarray]:
-        """Fresh ``{key: [A, *shape]}`` arrays for the observation after ``step`` env steps:
-        the constant parts filled in, the rest zero (fill with ``build(..., out=...)``)."""
-        prep = min(1.0, step / self._prep_den)
-        if prep != self._prep_in_template:
-            t = self._template
-            t["self"][:, 9] = prep
-            t["agents"][:, : self._a - 1, 9] = prep
-            self._prep_in_template = prep
+    def new(self) -> dict[str, np.ndarray]:
+        """Fresh ``{key: [A, *shape]}`` arrays holding the constant parts, the rest zero
+        (fill with ``build(..., out=...)``)."""
         return self._views(self._flat.copy())
 
     def _views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         """``{key: [A, *shape]}`` views of the parts of one flat buffer."""
         return {k: flat[lo:hi].reshape(shape) for k, lo, hi, shape in self._parts}
 
-    def build(self, qpos, qvel, seen, lidar, locked, which_locked, held, step: int,
-              out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """Args: ``qpos``/``qvel`` ``[M, 4]`` (x, y, z, yaw) and velocities of the movable
+    def build(self, qpos, qvel, seen, lidar, locked, which_locked, held, step: int, out: dict[str, np.ndarray],
+              rows: np.ndarray) -> None:
+        """Write the per-step columns of the observation after ``step`` env steps.
+
+        Args: ``qpos``/``qvel`` ``[M, 4]`` (x, y, z, yaw) and velocities of the movable
         bodies, ``seen`` ``[A, A - 1 + O]`` bool (row ``i``: the other agents in agent order,
-        then the objects; ``Vision``), ``lidar`` ``[A, L]`` (not copied if it is
-        already ``out["lidar"]``), ``locked`` ``[O]`` bool, ``which_locked`` ``[O]`` agent
-        index, ``held`` ``[A]``, ``step`` env steps taken, ``out`` arrays from ``new(step)``
-        to fill (default: new ones)."""
-        cfg = self._cfg
-        if out is None:
-            out = self.new(step)
-        if lidar is not out["lidar"]:
-            out["lidar"][:] = lidar
+        then the objects; ``Vision``), ``lidar`` ``[A, L]`` float32, ``locked`` ``[O]`` bool,
+        ``which_locked`` ``[O]`` agent index, ``held`` ``[A]``, ``step`` env steps taken,
+        ``out`` ``{key: [R, *shape]}`` float32 arrays whose rows ``rows`` (``[A]`` int64)
+        already hold this episode's constant parts (``new()``, or an earlier observation
+        of the episode): agent ``i``'s observation is written in row ``rows[i]``.
+        """
+        if out is not self._out[0]:  # the arrays of the same dict are fetched once
+            self._out = (out, tuple(out[k] for k in _WRITTEN))
         kernels.build_observations(
             qpos, qvel, self._rest_z, seen, self.others, self.team, locked, which_locked, held,
-            self._b, self._size_cols, bool(cfg.lock_ramp), bool(cfg.extra_obs), step / cfg.horizon,
-            out["self"], out["agents"], out["agents_mask"], out["boxes"], out["boxes_mask"],
-            out["ramps"], out["ramps_mask"],
-        )
-        return out
+            self._b, self._size_cols, self._lock_ramp, self._extra, step / self._horizon,
+            min(1.0, step / self._prep_den), lidar, rows, *self._out[1])

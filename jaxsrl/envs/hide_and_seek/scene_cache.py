@@ -48,6 +48,10 @@ game's 63 structures (1-3 hiders, 1-3 seekers, 3-9 boxes) then hit about 40% of 
 and a miss compiles (about 2.5 ms, some 10 µs per full-game step)."""
 _PARKED_Z = -10.0
 _MAX_WALL_SETS = 4096
+_WORLD_BVH: dict[tuple[HideAndSeekConfig, bytes], tuple[np.ndarray, ...]] = {}
+"""The world body's BVH per (config, wall set), shared by every ``SceneCache`` of the
+process (an actor's envs): the quadrant game has about 180 wall sets, so after a few
+hundred episodes of a group a reset compiles no walls-only model (about 1-2 ms each)."""
 
 
 def _r6(values) -> np.ndarray:
@@ -89,23 +93,22 @@ class SceneCache:
         self._max_scenes = int(max_scenes)
         self._scenes: collections.OrderedDict[tuple[int, int, int, int], _Scene] = collections.OrderedDict()
         self._box_templates: dict[bytes, mujoco.MjModel] = {}
-        self._world_bvh: dict[bytes, tuple[np.ndarray, ...]] = {}
 
     def _walls_bvh(self, walls: np.ndarray) -> tuple[np.ndarray, ...]:
         """The world body's bounding volume hierarchy (``bvh_aabb``, ``bvh_child``,
         ``bvh_nodeid``, ``bvh_depth`` rows) as the compiler builds it for the floor and
         ``walls``, from a model of the floor and walls alone (its geom ids are those of
-        the full scene's floor and first walls); kept per wall set."""
-        key = walls.tobytes()
-        hit = self._world_bvh.get(key)
+        the full scene's floor and first walls); kept per wall set, for the process (``_WORLD_BVH``)."""
+        key = (self._cfg, walls.tobytes())
+        hit = _WORLD_BVH.get(key)
         if hit is None:
-            if len(self._world_bvh) >= _MAX_WALL_SETS:
-                self._world_bvh.clear()
+            if len(_WORLD_BVH) >= _MAX_WALL_SETS:
+                _WORLD_BVH.clear()
             empty = np.zeros((0, 3))
             only = Layout(walls=walls, hiders=empty, seekers=empty, boxes=empty, box_sizes=empty, ramps=empty)
             t = mujoco.MjModel.from_xml_string(build_mjcf(self._cfg, only))
             n = int(t.body_bvhnum[0])
-            hit = self._world_bvh[key] = (t.bvh_aabb[:n].copy(), t.bvh_child[:n].copy(), t.bvh_nodeid[:n].copy(),
+            hit = _WORLD_BVH[key] = (t.bvh_aabb[:n].copy(), t.bvh_child[:n].copy(), t.bvh_nodeid[:n].copy(),
                                           t.bvh_depth[:n].copy())
         return hit
 

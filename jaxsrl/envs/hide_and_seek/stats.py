@@ -23,28 +23,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxsrl.envs.hide_and_seek import kernels
 from jaxsrl.envs.hide_and_seek.manipulation import HIDER, SEEKER
 from jaxsrl.envs.hide_and_seek.scene import SceneIndex
 
 
 class EpisodeStats:
-    """Accumulates statistics of one episode; ``qpos`` arguments are ``[M, 4]``."""
+    """Statistics of one episode; ``qpos`` arguments are ``[M, 4]``.
 
-    def __init__(self, index: SceneIndex, prep_steps: int, qpos: np.ndarray):
+    The per-step counts are added by the compiled reward step (``kernels.rewards``) to
+    ``tally``; the env calls ``snapshot`` after step ``snapshot_step``, ``summary`` at the end.
+    """
+
+    def __init__(self, index: SceneIndex, prep_steps: int, qpos: np.ndarray, team: np.ndarray):
+        """``team``: ``[A]`` team of each agent (0 hiders, 1 seekers)."""
         self._idx = index
-        self._prep_steps = prep_steps
         self._start = qpos[index.n_agents :, :3].copy()  # [O, 3]
-        # first t with min(1, t / (prep_steps + 1e-5)) == 1.0 (mae:prep_phase.py:32-36)
-        self._snapshot_step = int(np.ceil(prep_steps + 1e-5))
+        self.snapshot_step = int(np.ceil(prep_steps + 1e-5))
+        """The first t with min(1, t / (prep_steps + 1e-5)) == 1.0 (mae:prep_phase.py:32-36)."""
         self._prep_move = np.zeros(index.n_objects)
         self._prep_locks: np.ndarray | None = None
-        self._steps = 0
-        self._post_prep = 0
-        self._seen = 0
-        self._team_return = 0.0
-        self._held_steps: np.ndarray | None = None
-        self._team: np.ndarray | None = None
-        self._out = 0
+        self.tally = np.zeros(kernels.TALLY + index.n_agents)
+        """``[TALLY + A]`` float64 counts (``kernels.rewards``)."""
+        self._team = team
 
     def _move(self, qpos: np.ndarray) -> np.ndarray:
         delta = qpos[self._idx.n_agents :, :3] - self._start
@@ -55,24 +56,10 @@ class EpisodeStats:
         part = lock_team[lo:hi]
         return float(np.sum(part == HIDER)), float(np.sum(part == SEEKER))
 
-    def record(
-        self, qpos, lock_team, held, team, any_hider_seen: bool, in_prep: bool, hider_team_reward: float, n_out: int
-    ) -> None:
-        """Called after every env step (``in_prep``: the step belonged to the preparation phase;
-        ``qpos`` ``[M, 4]`` after it). ``lock_team``: ``[O]`` array, or a function returning
-        it (called only at the "prep" snapshot step, the one step that reads it)."""
-        self._steps += 1
-        if not in_prep:
-            self._post_prep += 1
-            self._seen += int(any_hider_seen)
-        self._team_return += hider_team_reward
-        if self._held_steps is None:
-            self._held_steps, self._team = np.zeros(len(held), np.int64), team
-        self._held_steps += held >= 0  # [A] steps each agent held something
-        self._out += n_out
-        if self._steps == self._snapshot_step:
-            self._prep_move = self._move(qpos)
-            self._prep_locks = np.array(lock_team() if callable(lock_team) else lock_team)
+    def snapshot(self, qpos: np.ndarray, lock_team: np.ndarray) -> None:
+        """The "prep" snapshot: object displacements and ``[O]`` lock teams after step ``snapshot_step``."""
+        self._prep_move = self._move(qpos)
+        self._prep_locks = np.array(lock_team)
 
     def summary(self, qpos: np.ndarray, lock_team: np.ndarray, lock_events: np.ndarray) -> dict[str, float]:
         idx = self._idx
@@ -92,16 +79,17 @@ class EpisodeStats:
                 out[f"{name}_locked_seekers_{phase}"] = s
         out["lock_events_hiders"] = float(lock_events[HIDER])
         out["lock_events_seekers"] = float(lock_events[SEEKER])
-        out["hider_seen_fraction"] = self._seen / self._post_prep if self._post_prep else 0.0
-        out["hider_team_return"] = float(self._team_return)
-        out["seeker_team_return"] = -float(self._team_return)
-        steps = max(self._steps, 1)
-        held = self._held_steps if self._held_steps is not None else np.zeros(0, np.int64)
-        team = self._team if self._team is not None else np.zeros(0, np.int64)
+        tally, k = self.tally, kernels
+        post_prep, team_return = int(tally[k.TALLY_POST_PREP]), float(tally[k.TALLY_TEAM_RETURN])
+        out["hider_seen_fraction"] = int(tally[k.TALLY_SEEN]) / post_prep if post_prep else 0.0
+        out["hider_team_return"] = team_return
+        out["seeker_team_return"] = -team_return
+        steps = max(int(tally[k.TALLY_STEPS]), 1)
+        held, team = tally[k.TALLY:].astype(np.int64), self._team
         out["hider_holding_fraction"] = float(held[team == HIDER].sum()) / (steps * max(idx.n_hiders, 1))
         out["seeker_holding_fraction"] = float(held[team == SEEKER].sum()) / (steps * max(idx.n_seekers, 1))
-        out["agent_out_steps"] = float(self._out)
-        out["episode_length"] = float(self._steps)
+        out["agent_out_steps"] = float(tally[k.TALLY_OUT])
+        out["episode_length"] = float(tally[k.TALLY_STEPS])
         out.update(n_hiders=float(idx.n_hiders), n_seekers=float(idx.n_seekers),
                    n_boxes=float(idx.n_boxes), n_ramps=float(idx.n_ramps))
         return out

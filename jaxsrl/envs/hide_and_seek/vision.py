@@ -122,13 +122,15 @@ class Vision:
         out[self._rows, self.targets] = seen
         return out
 
-    def sense(self, data: mujoco.MjData, lidar: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def sense(self, data: mujoco.MjData, lidar: np.ndarray | None = None,
+              seen: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``lidar``: optional ``[A, n_lidar]`` float32 C-contiguous array to write the
-        ranges into (returned); a new one otherwise. ``seen`` is a new array every call."""
+        ranges into, ``seen`` an optional ``[A, N - 1]`` bool one (both returned); new ones otherwise."""
         a, k = self._shape[0], self._k
         if lidar is None:
             lidar = np.empty((a, self._n_lidar), np.float32)
-        seen = np.empty((a, k), np.bool_)
+        if seen is None:
+            seen = np.empty((a, k), np.bool_)
         if self.compiled_rays:  # one compiled call
             if self._data_arrays is None or self._data_arrays[0] is not data:
                 self._data_arrays = (data, (data.xpos, data.geom_xpos, data.geom_xmat, data.qpos))
