@@ -63,6 +63,9 @@ def _stacked(args):
     return [stack([a[k] for a in args]) for k in range(4)]
 
 
+# The two tests below compile the fused step twice (one member's, the vmapped one):
+# about 35 s of CPU on the 2-core machine, so they are slow tests (-m slow).
+@pytest.mark.slow
 def test_the_vmapped_step_equals_each_members_own_fused_step(members):
     args, alone, together = members
     out = together(*_stacked(args))
@@ -71,6 +74,7 @@ def test_the_vmapped_step_equals_each_members_own_fused_step(members):
     assert any(not np.allclose(x[0], x[2]) for x in jax.tree.leaves(out[0].params))  # members differ
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutation", ["shared keys", "swapped hyperparameters"])
 def test_the_equality_catches_shared_keys_and_swapped_hyperparameters(members, mutation):
     """Members handed one key, or each other's learning rates, are told apart."""
