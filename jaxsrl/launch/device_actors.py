@@ -35,6 +35,7 @@ import logging
 import os
 import signal
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import jax
@@ -95,6 +96,8 @@ def train(cfg: Any, logdir: str) -> dict:
     env = registry.make(cfg.env, cfg.env_kwargs, cfg.clip_actions)
     evaluator = (DeviceEvaluator(logdir, cfg.eval_every, cfg.eval_episodes, env, fns)
                  if cfg.eval_every > 0 else None)
+    if cfg.resume:  # refused before anything is written, as the launcher does
+        _check_resume(cfg, fns, logdir)
     # Every check has passed: only now is the run folder changed.
     run_folder.prepare(logdir, cfg.overwrite)
     config = resumption.config_record(cfg, cfg.inference, logdir)
@@ -122,6 +125,21 @@ def train(cfg: Any, logdir: str) -> dict:
     finally:
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
+
+
+def _check_resume(cfg: Any, fns: Any, logdir: str) -> None:
+    """:func:`jaxsrl.experiment.resume.check` for a device-actor run: every trainer of its
+    graph (one, or one per population member) has ``fns``'s learner state.
+
+    Raises:
+      ResumeRefused: the checkpoints hold a state of another structure, naming the
+        settings that changed it.
+    """
+    flow = cfg.get_dataflow()
+    setup = SimpleNamespace(flow=flow, spec=factory_of_run(cfg).spec,
+                            fns_of={t.name: fns for t in flow.trainers},
+                            updates={t.name: cfg.num_updates() for t in flow.trainers})
+    resumption.check(cfg, setup, logdir)
 
 
 #: Set by SIGINT/SIGTERM; the loop raises ``KeyboardInterrupt`` between two steps.
