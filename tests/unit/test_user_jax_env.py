@@ -142,6 +142,24 @@ def no_step():
     return _NoStep()
 
 
+class _FiveTuple(jax_cartpole.CartPole):
+    def step(self, key, state, action):
+        return (*super().step(key, state, action), {})  # Gymnasium's order with info
+
+
+def five_tuple():
+    return _FiveTuple()
+
+
+class _Batched(jax_cartpole.CartPole):
+    def reset(self, key):
+        return jax.vmap(super().reset)(jax.random.split(key, 3))  # N envs, not one
+
+
+def batched():
+    return _Batched()
+
+
 def dict_obs():
     env = jax_cartpole.make()
     env.observation_space = gymnasium.spaces.Dict({"a": env.observation_space})
@@ -157,6 +175,9 @@ def dict_obs():
     (CARTPOLE, {"max_episode_steps": 0}, "max_episode_steps=0 must be a positive integer"),
     ("jax:test_user_jax_env:no_step", None, "lacks step"),
     ("jax:test_user_jax_env:dict_obs", None, "unsupported observation space Dict"),
+    ("jax:test_user_jax_env:five_tuple", None,
+     r"step\(key, state, action\) must return \(obs, state, reward, terminated\), not tuple of 5"),
+    ("jax:test_user_jax_env:batched", None, r"reset gives obs of shape \(3, 4\), not"),
 ])
 def test_bad_ids_and_factories_are_one_line_errors(env_id, kwargs, match):
     with pytest.raises(ValueError, match=match) as info:
