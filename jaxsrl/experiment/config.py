@@ -61,7 +61,8 @@ class RunConfig:
     ``gymnasium.make`` does), ``hide_and_seek`` / ``hide_and_seek_full``,
     ``module:factory``, a function returning a PettingZoo ``ParallelEnv``, or
     ``gymnax:<EnvId>``, a JAX-native env stepped by device actors on the accelerator
-    (``docs/device_actors.md``; ``pip install 'jaxsrl[gymnax]'``)."""
+    (``docs/device_actors.md``; ``pip install 'jaxsrl[gymnax]'``; also ``brax:<name>``,
+    ``jaxmarl:MPE_<id>`` and ``jax:module:factory``, your own pure-JAX env)."""
     total_env_steps: int = 500_000
     """Stop after this many environment frames (all actors together). A lower bound: the
     run stops at the first check at or past it, so it overshoots by the segments in

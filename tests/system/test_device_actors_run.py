@@ -1,5 +1,7 @@
-"""Device actors end to end (issue 30): ``scripts/train.py --env=gymnax:CartPole-v1``
-writes the run folder a CPU run writes, and ``--resume`` continues it."""
+"""Device actors end to end (issue 30): ``scripts/train.py --env=jax:jax_cartpole:make``
+(``tests/jax_cartpole.py``, a user's own JAX-native env: no extra needed) writes the run
+folder a CPU run writes, and ``--resume`` continues it; ``gymnax:CartPole-v1`` does the
+same where gymnax is installed."""
 
 from __future__ import annotations
 
@@ -14,11 +16,15 @@ from jaxsrl.experiment.config import load_config
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch.launcher import train
 
-pytest.importorskip("gymnax")
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SMALL = ["--env=gymnax:CartPole-v1", "--segment_length=16", "--batch_segments=8",
-         "--log_interval_s=0.5", "--ppo.hidden_sizes", "16", "16"]
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(TESTS)
+CARTPOLE = "jax:jax_cartpole:make"  # tests/jax_cartpole.py
+RUN = ["--segment_length=16", "--batch_segments=8", "--log_interval_s=0.5",
+       "--ppo.hidden_sizes", "16", "16"]
+SMALL = [f"--env={CARTPOLE}", *RUN]
+#: train.py finds the user's module (tests/jax_cartpole.py) on PYTHONPATH.
+CHILD_ENV = dict(os.environ, JAXSRL_PROGRESS="0",
+                 PYTHONPATH=os.pathsep.join([REPO_ROOT, TESTS]))
 
 
 def _records(logdir):
@@ -26,13 +32,16 @@ def _records(logdir):
         return [json.loads(line) for line in f]
 
 
-def test_train_py_on_device_actors_then_resume(tmp_path):
+@pytest.mark.parametrize("env_id", [CARTPOLE, "gymnax:CartPole-v1"])
+def test_train_py_on_device_actors_then_resume(tmp_path, env_id):
+    if env_id.startswith("gymnax:"):
+        pytest.importorskip("gymnax")
+    small = [f"--env={env_id}", *RUN]
     logdir = str(tmp_path / "run")
-    env = dict(os.environ, JAXSRL_PROGRESS="0", PYTHONPATH=REPO_ROOT)
     proc = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *SMALL,
+        [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *small,
          "--total_env_steps=2048", f"--logdir={logdir}"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        cwd=REPO_ROOT, env=CHILD_ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     first_line = next(line for line in proc.stderr.splitlines() if "starts in" in line)
     assert "actors on the device" in first_line and "JAX-native" in first_line
@@ -44,27 +53,27 @@ def test_train_py_on_device_actors_then_resume(tmp_path):
     for key in ("episode_return_mean", "episode_length_mean", "loss/total", "staleness_mean"):
         assert key in interval, key
     run = RunDir(logdir)
-    assert run.read_config()["env"] == "gymnax:CartPole-v1"
+    assert run.read_config()["env"] == env_id
     assert os.path.isdir(os.path.join(run.checkpoint_dir("default"), str(last["policy_version"])))
 
     version = last["policy_version"]
-    out = train(load_config(SMALL + ["--total_env_steps=4096", f"--logdir={logdir}", "--resume"]))
+    out = train(load_config(small + ["--total_env_steps=4096", f"--logdir={logdir}", "--resume"]))
     assert out["env_steps"] >= 4096 and out["policy_version"] > version
     resumed = [e for e in run.read_events("resumed")]
     assert resumed and resumed[-1]["version"] == version
 
 
+@pytest.mark.slow  # a third compile of the fused step (~20 s of CPU)
 def test_sigterm_saves_a_checkpoint_that_matches_the_closing_line(tmp_path):
     """Ctrl-C/SIGTERM mid-run: exit 130, a checkpoint of the newest state and a closing
     line counting exactly the updates it holds (batch_segments x segment_length each)."""
     import signal
     import time
     logdir = str(tmp_path / "run")
-    env = dict(os.environ, JAXSRL_PROGRESS="0", PYTHONPATH=REPO_ROOT)
     proc = subprocess.Popen(
         [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *SMALL,
          "--total_env_steps=1000000000", f"--logdir={logdir}"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cwd=REPO_ROOT, env=CHILD_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300  # a generous bound for the first metrics line
         while not (os.path.exists(os.path.join(logdir, "metrics.jsonl"))
@@ -83,11 +92,12 @@ def test_sigterm_saves_a_checkpoint_that_matches_the_closing_line(tmp_path):
     assert steps[-1] == last["policy_version"]
 
 
+@pytest.mark.slow  # two more compiles of a fused step (~40 s of CPU)
 def test_a_recurrent_agent_runs_on_device_actors_then_resumes(tmp_path):
     """A recurrent agent (``tests/recurrent_box_agent.py``; its carry rides with the
     environments') trains and resumes on device actors; it used to be refused."""
     logdir = str(tmp_path / "run")
-    small = ["--env=gymnax:CartPole-v1", "--segment_length=16", "--batch_segments=8",
+    small = [f"--env={CARTPOLE}", "--segment_length=16", "--batch_segments=8",
              "--agent=recurrent_box_agent:AGENT", "--ppo_prev.hidden_sizes", "16", "16",
              f"--logdir={logdir}"]
     out = train(load_config(small + ["--total_env_steps=1024"]))

@@ -1,16 +1,17 @@
 """Brax environments as device actors step them: pure batched ``reset``/``step`` with
 auto-reset, a time limit reported as ``truncated`` (kept apart from ``terminated``), the
 final observation of truncated episodes and per-episode return and length, as the CPU
-actors report them (:class:`jaxsrl.envs.gym_vector.GymVectorEnv`). Same interface as
-:class:`~jaxsrl.envs.jax_native.gymnax_env.GymnaxEnv` (its :class:`EnvCarry` and
-:class:`StepOut`).
+actors report them (:class:`jaxsrl.envs.gym_vector.GymVectorEnv`): a raw Brax env's
+single-env ``reset``/``step`` batched by :class:`~jaxsrl.envs.jax_native.autoreset.AutoResetEnv`
+(``reset(key, n)``, ``step(carry, action, key)``, as
+:class:`~jaxsrl.envs.jax_native.gymnax_env.GymnaxEnv`).
 
 Brax (``pip install 'jaxsrl[brax]'``) is imported when an adapter is built, never at
 import time of :mod:`jaxsrl.envs`. Brax's own training wrappers (``EpisodeWrapper``,
 ``AutoResetWrapper``) are not used: they fold the time limit into ``done`` and reset
 every finished environment to one cached first state. Here a raw Brax env's ``done`` is
-``terminated``, the time limit is counted in the carry, and a finished environment
-starts a freshly sampled episode (its own ``reset`` key).
+``terminated``, the time limit (``episode_length``) is counted in the carry, and a
+finished environment starts a freshly sampled episode (its own ``reset`` key).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsrl.envs.jax_native.gymnax_env import EnvCarry, StepOut
+from jaxsrl.envs.jax_native.autoreset import AutoResetEnv
 
 #: The physics pipeline when ``env_kwargs`` names none (``docs/device_actors.md``
 #: compares them): the cheapest to compile on a CPU.
@@ -59,6 +60,8 @@ class BraxEnv:
       action_space: ``Box(low, high, (action_size,), float32)``, the actuators'
         control range.
       episode_length: int, the time limit in steps.
+      reset, step: the batched ``reset(key, n)`` and ``step(carry, action, key)`` of
+        :class:`~jaxsrl.envs.jax_native.autoreset.AutoResetEnv`.
 
     Raises:
       ValueError: brax is missing, ``name`` is not a Brax environment, an unknown
@@ -92,48 +95,15 @@ class BraxEnv:
         if ctrl is not None and np.shape(ctrl) == (act_size, 2):
             low, high = np.asarray(ctrl, np.float32)[:, 0], np.asarray(ctrl, np.float32)[:, 1]
         self.action_space = gymnasium.spaces.Box(low, high, (act_size,), np.float32)
-        self._clip = clip_actions
+        self._batched = AutoResetEnv(self._reset_one, self._step_one, self.observation_space,
+                                     self.action_space, self.episode_length, clip_actions,
+                                     f"brax:{name}")
+        self.reset, self.step = self._batched.reset, self._batched.step
 
-    def reset(self, key: jax.Array, num_envs: int) -> EnvCarry:
-        """``num_envs`` fresh episodes (key: a PRNG key; split over the envs)."""
-        state = jax.vmap(self.env.reset)(jax.random.split(key, num_envs))
-        return EnvCarry(state, state.obs.astype(jnp.float32), jnp.zeros(num_envs, jnp.float32),
-                        jnp.zeros(num_envs, jnp.int32))
+    def _reset_one(self, key: jax.Array) -> tuple[jax.Array, Any]:
+        state = self.env.reset(key)
+        return state.obs, state
 
-    def step(self, carry: EnvCarry, action: jax.Array, key: jax.Array) -> tuple[EnvCarry, StepOut]:
-        """Step every environment with ``action`` (``[N, act]`` float32); finished
-        episodes are reset (the carry holds their first observation). New episodes are
-        sampled only on a step where some environment finished (``lax.cond``).
-
-        Returns:
-          ``(carry, out)``: the next carry and the step's
-          :class:`~jaxsrl.envs.jax_native.gymnax_env.StepOut`.
-        """
-        n = carry.episode_return.shape[0]
-        if self._clip:
-            action = jnp.clip(action, self.action_space.low, self.action_space.high)
-        state = jax.vmap(self.env.step)(carry.state, action.astype(jnp.float32))
-        obs = state.obs.astype(jnp.float32)
-        reward = state.reward.astype(jnp.float32)
-        terminated = state.done > 0.5
-        ep_return = carry.episode_return + reward
-        ep_length = carry.episode_length + 1
-        truncated = jnp.logical_and(ep_length >= self.episode_length, ~terminated)
-        done = jnp.logical_or(terminated, truncated)
-
-        def where(mask, new, old):
-            return jax.tree.map(
-                lambda a, b: jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b),
-                new, old)
-
-        def restart(state):
-            fresh = jax.vmap(self.env.reset)(jax.random.split(key, n))
-            return where(done, fresh, state)
-
-        next_state = jax.lax.cond(done.any(), restart, lambda s: s, state)
-        out = StepOut(reward, terminated, truncated,
-                      jnp.where(truncated[:, None], obs, 0.0),
-                      done, jnp.where(done, ep_return, 0.0), jnp.where(done, ep_length, 0))
-        carry = EnvCarry(next_state, next_state.obs.astype(jnp.float32),
-                         jnp.where(done, 0.0, ep_return), jnp.where(done, 0, ep_length))
-        return carry, out
+    def _step_one(self, key: jax.Array, state: Any, action: jax.Array) -> tuple:  # noqa: ARG002
+        state = self.env.step(state, action.astype(jnp.float32))  # Brax steps are deterministic
+        return state.obs, state, state.reward, state.done > 0.5

@@ -8,60 +8,20 @@ at import time of :mod:`jaxsrl.envs`. Its ``Environment.step`` (gymnax 1.0.1) al
 auto-resets and reports ``terminated``, ``truncated`` (the time limit
 ``params.max_steps_in_episode``) and ``info["final_observation"]`` (the observation the
 episode ended on, before the reset); this adapter vmaps it over ``N`` environments and
-keeps the episode counters.
+keeps the episode counters. :class:`EnvCarry` and :class:`StepOut` are every adapter's
+(:mod:`jaxsrl.envs.jax_native.autoreset`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
 
 import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-PyTree = Any
-
-
-class EnvCarry(NamedTuple):
-    """What a batch of ``N`` environments carries from one step to the next.
-
-    Attributes:
-      state: gymnax state, ``[N, ...]`` leaves.
-      obs: ``[N, *obs]`` current observations (the first of an episode after a reset).
-      episode_return: ``[N]`` float32 reward summed over the running episode.
-      episode_length: ``[N]`` int32 steps of the running episode.
-    """
-
-    state: PyTree
-    obs: PyTree
-    episode_return: jax.Array
-    episode_length: jax.Array
-
-
-class StepOut(NamedTuple):
-    """One step of ``N`` environments (``[N]`` leading dim on every array).
-
-    Attributes:
-      reward: float32 reward of the step.
-      terminated: bool, the episode reached a terminal state.
-      truncated: bool, the episode hit the time limit without a terminal state
-        (``truncated and not terminated``, as ``GymVectorEnv`` reports it).
-      final_obs: ``[N, *obs]`` the observation a truncated episode ended on (zeros
-        where not ``truncated``).
-      episode_done: bool, ``terminated or truncated``: an episode finished.
-      episode_return, episode_length: float32 / int32 return and length of the
-        episode that finished (zeros where not ``episode_done``).
-    """
-
-    reward: jax.Array
-    terminated: jax.Array
-    truncated: jax.Array
-    final_obs: PyTree
-    episode_done: jax.Array
-    episode_return: jax.Array
-    episode_length: jax.Array
+from jaxsrl.envs.jax_native.autoreset import EnvCarry, StepOut, check_spaces
 
 
 def _import_gymnax():
@@ -111,12 +71,7 @@ class GymnaxEnv:
             self.env.observation_space(self.params))
         self.action_space = gymnax_spaces.gymnax_space_to_gym_space(
             self.env.action_space(self.params))
-        if not isinstance(self.action_space, (gymnasium.spaces.Discrete, gymnasium.spaces.Box)):
-            raise ValueError(f"gymnax:{name}: unsupported action space {self.action_space!r} "
-                             "(device actors take Discrete or Box)")
-        if not isinstance(self.observation_space, gymnasium.spaces.Box):
-            raise ValueError(f"gymnax:{name}: unsupported observation space "
-                             f"{self.observation_space!r} (device actors take Box)")
+        check_spaces(f"gymnax:{name}", self.observation_space, self.action_space)
         self._clip = clip_actions and isinstance(self.action_space, gymnasium.spaces.Box)
         self._obs_dtype = np.dtype(self.observation_space.dtype)
 

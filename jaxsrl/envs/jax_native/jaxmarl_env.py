@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsrl.envs.jax_native.gymnax_env import EnvCarry, StepOut
+from jaxsrl.envs.jax_native.autoreset import EnvCarry, StepOut
 
 
 def _import_jaxmarl():
@@ -117,7 +117,7 @@ class JaxMarlEnv:
 
         Returns:
           ``(carry, out)``: the next carry and the step's
-          :class:`~jaxsrl.envs.jax_native.gymnax_env.StepOut` (``[E * A]`` rows).
+          :class:`~jaxsrl.envs.jax_native.autoreset.StepOut` (``[E * A]`` rows).
         """
         rows = carry.episode_return.shape[0]
         e, a = self._envs(rows), self.num_agents

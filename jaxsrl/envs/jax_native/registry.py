@@ -1,5 +1,5 @@
 """The JAX-native environment of an ``--env`` id (``gymnax:CartPole-v1``,
-``brax:halfcheetah``): one place
+``brax:halfcheetah``, ``jax:package.module:factory``): one place
 that maps a library prefix to its adapter, imported only when used."""
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from jaxsrl.envs.jax_native import split_id
 def make(env_id: str, env_kwargs: dict | None = None, clip_actions: bool = True) -> Any:
     """The batched pure environment (:class:`~jaxsrl.envs.jax_native.gymnax_env.GymnaxEnv`,
     :class:`~jaxsrl.envs.jax_native.brax_env.BraxEnv`,
-    :class:`~jaxsrl.envs.jax_native.jaxmarl_env.JaxMarlEnv`) of a JAX-native ``env_id``.
+    :class:`~jaxsrl.envs.jax_native.jaxmarl_env.JaxMarlEnv`, a user's
+    :class:`~jaxsrl.envs.jax_native.autoreset.AutoResetEnv`) of a JAX-native ``env_id``.
 
     Raises:
       ValueError: not a JAX-native id, its library is not installed (the message names
-        the pip extra), an unknown environment, or an unknown ``env_kwargs`` key.
+        the pip extra), an unknown environment, or an unknown ``env_kwargs`` key; for
+        ``jax:``, what :func:`jaxsrl.envs.jax_native.user_env.make` refuses.
     """
     library, name = split_id(env_id)
     if library == "gymnax":
@@ -28,6 +30,9 @@ def make(env_id: str, env_kwargs: dict | None = None, clip_actions: bool = True)
     if library == "jaxmarl":
         from jaxsrl.envs.jax_native import jaxmarl_env
         return jaxmarl_env.JaxMarlEnv(name, env_kwargs, clip_actions)
+    if library == "jax":
+        from jaxsrl.envs.jax_native import user_env
+        return user_env.make(name, env_kwargs, clip_actions)
     raise AssertionError(library)  # split_id accepts only the prefixes handled here
 
 
