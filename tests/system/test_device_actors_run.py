@@ -62,6 +62,22 @@ def test_train_py_on_device_actors_then_resume(tmp_path, env_id):
     resumed = [e for e in run.read_events("resumed")]
     assert resumed and resumed[-1]["version"] == version
 
+    # A --resume that changes the network is refused in one line naming the setting,
+    # before anything is written: config.json, the events and the checkpoints unchanged.
+    before = {name: open(os.path.join(logdir, name), "rb").read()
+              for name in ("config.json", "run_events.jsonl", "metrics.jsonl")}
+    steps = sorted(os.listdir(run.checkpoint_dir("default")))
+    changed = [a if a != "16" else "32" for a in small]  # --ppo.hidden_sizes 32 32
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *changed,
+         "--total_env_steps=8192", f"--logdir={logdir}", "--resume"],
+        cwd=REPO_ROOT, env=CHILD_ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    [line] = proc.stderr.strip().splitlines()
+    assert "changes the learner state's structure: ppo.hidden_sizes [16, 16] -> [32, 32]" in line
+    assert before == {name: open(os.path.join(logdir, name), "rb").read() for name in before}
+    assert sorted(os.listdir(run.checkpoint_dir("default"))) == steps
+
 
 @pytest.mark.slow  # a third compile of the fused step (~20 s of CPU)
 def test_sigterm_saves_a_checkpoint_that_matches_the_closing_line(tmp_path):
