@@ -33,6 +33,7 @@ def _records(logdir):
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow  # two compiles of the DQN step (run, resume): over a minute of CPU time
 def test_dqn_on_device_actors_writes_metrics_and_checkpoints_then_resumes(tmp_path):
     logdir = str(tmp_path / "run")
     env = dict(os.environ, JAXSRL_PROGRESS="0", PYTHONPATH=REPO_ROOT)

@@ -115,7 +115,9 @@ def _assert_same(a, b):
                                    rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("prioritised", [True, pytest.param(False, marks=pytest.mark.slow)])
+# slow: each compiles the step and its pieces, about a minute of CPU time on the 2-core machine
+@pytest.mark.slow
+@pytest.mark.parametrize("prioritised", [True, False])
 def test_compiled_step_equals_rollout_insert_then_the_planned_learn_calls(prioritised):
     fns, state, carry, rollout, replay = _setup(prioritised)
     rng = jax.random.PRNGKey(7)
@@ -126,6 +128,7 @@ def test_compiled_step_equals_rollout_insert_then_the_planned_learn_calls(priori
     assert float(metrics[0]["loss"]) == 0.0 and float(metrics[1]["loss"]) > 0.0
 
 
+@pytest.mark.slow
 def test_the_equality_catches_learning_before_inserting():
     """The comparison is sensitive: a sequence that learns on the replay before the
     step's new items are in (the other order) is told apart."""
@@ -135,6 +138,15 @@ def test_the_equality_catches_learning_before_inserting():
     swapped = _reference(fns, state, carry, rollout, replay, rng, learn_first=True)
     with pytest.raises(AssertionError):
         _assert_same(compiled[0], swapped[0])
+
+
+def test_the_steps_plan_is_the_hand_computed_one():
+    """The plan the equality tests feed the step: none below min_fill (32 < 40), then
+    ceil((64 - 40) * 8 / 16) = 12, then ceil((96 - 40) * 8 / 16) - 12 = 16 = K."""
+    spec = _setup()[0].replay
+    due = [offpolicy.updates_due(k * N * T, spec) for k in range(4)]
+    assert [b - a for a, b in zip(due, due[1:])] == TODO
+    assert offpolicy.max_updates(N * T, spec) == 16
 
 
 def test_updates_due_is_the_cpu_paths_plan():
