@@ -5,7 +5,6 @@ continues (refilling the replay, which is not checkpointed)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,8 +18,8 @@ from jaxsrl.launch.launcher import train
 from jaxsrl.workers.learner.replay_setup import planned_updates
 
 pytest.importorskip("gymnax")
+from test_device_actors_run import CHILD_ENV, REPO_ROOT, _records  # noqa: E402 (after the skip)
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # 128 items per step; 256 to fill, then 4 * 128 / 32 = 16 learn calls per step
 SMALL = ["--env=gymnax:CartPole-v1", "--agent=dqn", "--segment_length=16", "--batch_segments=8",
          "--log_interval_s=0.5", "--dqn.hidden_sizes", "16", "--dqn.batch_size=32",
@@ -28,19 +27,12 @@ SMALL = ["--env=gymnax:CartPole-v1", "--agent=dqn", "--segment_length=16", "--ba
 SPEC = ReplaySpec(capacity=1024, batch_size=32, replay_ratio=4.0, min_fill=256)
 
 
-def _records(logdir):
-    with open(os.path.join(logdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
-
-
 @pytest.mark.slow  # two compiles of the DQN step (run, resume): over a minute of CPU time
 def test_dqn_on_device_actors_writes_metrics_and_checkpoints_then_resumes(tmp_path):
     logdir = str(tmp_path / "run")
-    env = dict(os.environ, JAXSRL_PROGRESS="0", PYTHONPATH=REPO_ROOT)
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *SMALL,
-         "--total_env_steps=2048", f"--logdir={logdir}"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "scripts", "train.py"), *SMALL,
+                           "--total_env_steps=2048", f"--logdir={logdir}"], cwd=REPO_ROOT,
+                          env=CHILD_ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "actors on the device" in proc.stderr
     records = _records(logdir)
