@@ -210,3 +210,16 @@ def test_sharded_over_two_devices_matches_one_device():
     proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=600)
     assert "TWO_DEVICES_MATCH_OK" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+def test_a_device_population_of_an_off_policy_agent_is_refused_before_the_run_folder(tmp_path):
+    pytest.importorskip("gymnax")
+    from jaxsrl.experiment.config import load_config
+    from jaxsrl.launch.launcher import train
+    logdir = tmp_path / "run"
+    # today the config refuses it first (DQN declares no PBT hyperparameters); device
+    # actors refuse any off-policy population too (a population's step is the fused one)
+    with pytest.raises(ValueError, match="population") as info:
+        train(load_config(["--env=gymnax:CartPole-v1", "--agent=dqn", "--population=2",
+                           f"--logdir={logdir}"]))
+    assert "\n" not in str(info.value) and not logdir.exists()
