@@ -241,6 +241,8 @@ _MODES = [
          lambda c: f"--actor_resources={c.actor_resources}"),
     Mode("learner resources", lambda c, f: bool(c.learner_resources),
          lambda c: f"--learner_resources={c.learner_resources}"),
+    Mode("save replay", lambda c, f: bool(getattr(c, "save_replay", False)),
+         lambda c: "--save_replay"),
     Mode("device actors", lambda c, f: is_jax_native(c.env),
          lambda c: f"--env={c.env} (device actors)"),
 ]
@@ -318,6 +320,8 @@ REFUSED: tuple[Refusal, ...] = (
     Refusal("device actors", "inference given", "they act on the accelerator; leave --inference "
             "at auto (docs/device_actors.md)"),
     Refusal("device actors", "opponents", _DEVICE),
+    Refusal("device actors", "save replay", "their on-device replay is not checkpointed yet "
+            "(a resumed run refills it; docs/device_actors.md)"),
 )
 
 

@@ -13,6 +13,11 @@ checkpoints in ``checkpoints/<policy>/<version>`` holding ``{"agent", "rng"}`` a
 trainer's do, ``--resume``, ``--target_return`` and Ctrl-C/SIGTERM (a checkpoint, then
 the closing metrics line).
 
+Off-policy agents (``AgentFns.replay`` set) run the step of
+:mod:`jaxsrl.workers.device.offpolicy` instead (rollout, insert into a replay on the
+device, the learn calls the replay ratio asks for; host side in
+:mod:`jaxsrl.launch.device_offpolicy`); their policy version counts learn calls.
+
 Recurrent agents (``initial_carry`` not ``None``) run too: their carry travels with
 the environments' from step to step and segment to segment
 (:class:`~jaxsrl.workers.device.rollout.RecurrentCarry`), reset where an episode ended,
@@ -21,12 +26,11 @@ and each trajectory holds its segments' first carry, as the CPU actors send it.
 Periodic evaluation (``--eval_every``) runs in the loop, on the device
 (:class:`~jaxsrl.launch.device_eval.DeviceEvaluator`).
 
-Not here yet (refused with a one-line error): off-policy agents (their device actors
-would write into an on-device replay, which does not exist yet),
-self-play, ``[dataflow]`` tables, several learner processes, Ray and remote
-inference. ``--num_actors``, ``--envs_per_actor`` and ``--ring_size`` do not apply:
-the device actors step ``batch_segments`` environments, one segment per row of each
-update.
+Not here yet (refused with a one-line error): ``--save_replay`` (the on-device replay
+is not checkpointed), populations of an off-policy agent, self-play, ``[dataflow]``
+tables, several learner processes, Ray and remote inference. ``--num_actors``,
+``--envs_per_actor`` and ``--ring_size`` do not apply: the device actors step
+``batch_segments`` environments, one segment per row of each update.
 """
 
 from __future__ import annotations
@@ -51,10 +55,13 @@ from jaxsrl.experiment.metrics import Clock, MetricsAccumulator, MetricsWriter, 
 from jaxsrl.experiment import modes
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch.device_eval import DeviceEvaluator
+from jaxsrl.launch.device_offpolicy import OffPolicySteps
 from jaxsrl.parallel import devices
 from jaxsrl.parallel.compile_cache import enable_compilation_cache
+from jaxsrl.workers.device.offpolicy import check_replay
 from jaxsrl.workers.device.fused import jit_fused_step, make_fused_step, put_env_carry
 from jaxsrl.workers.device.rollout import initial_rollout_carry, make_rollout
+from jaxsrl.workers.learner import replay_setup
 
 log = logging.getLogger("jaxsrl")
 
@@ -75,24 +82,34 @@ def train(cfg: Any, logdir: str) -> dict:
       ``episode_return_mean``, ...) plus ``logdir``.
 
     Raises:
-      ValueError: a setting device actors do not support (:func:`check_config`), an
-        off-policy agent, ``batch_segments`` not divisible by the local
-        devices, or an unknown environment (before the run folder is changed).
+      ValueError: a setting device actors do not support (:func:`check_config`),
+        ``batch_segments`` not divisible by the local devices, an unknown
+        environment, or for an off-policy agent ``batch_segments * segment_length``
+        above its replay capacity or a replay batch not divisible by the local devices
+        (all before the run folder is changed).
       KeyboardInterrupt: Ctrl-C or SIGTERM, after the checkpoint and closing line.
     """
     clock = Clock()
     check_config(cfg)
     enable_compilation_cache(cfg.compilation_cache_dir)
     policy = cfg.get_dataflow().trainers[0].policy
-    fns = factory_of_run(cfg).make(cfg.num_updates())
-    if fns.replay is not None:
-        raise ValueError(f"--agent={cfg.agent} is off-policy: device actors run on-policy "
-                         "agents only yet (no on-device replay; docs/device_actors.md)")
+    factory = factory_of_run(cfg)
+    replay = factory.make(1).replay  # make: closures only
+    # env_steps count rows (agent steps), one item per row-step: the CPU path's plan
+    updates = cfg.num_updates() if replay is None else \
+        replay_setup.planned_updates(cfg.total_env_steps, replay)
+    fns = factory.make(updates)
     mesh = devices.local_mesh()
     num_envs, T = cfg.batch_segments, cfg.segment_length
     if num_envs % mesh.size:
         raise ValueError(f"batch_segments={num_envs} is not divisible by the {mesh.size} "
                          "local devices")
+    if replay is not None:
+        check_replay(replay, num_envs * T, mesh.size)
+        if cfg.population:
+            raise ValueError(f"--population={cfg.population} with --agent={cfg.agent} (off-policy) "
+                             "on device actors: a device population runs on-policy agents only "
+                             "yet (docs/device_actors.md)")
     env = registry.make(cfg.env, cfg.env_kwargs, cfg.clip_actions)
     evaluator = (DeviceEvaluator(logdir, cfg.eval_every, cfg.eval_episodes, env, fns)
                  if cfg.eval_every > 0 else None)
@@ -115,10 +132,10 @@ def train(cfg: Any, logdir: str) -> dict:
     old_handlers = _install_stop_flag()
     try:
         if cfg.population:  # the members stacked, one vmapped step: their own loop
-            from jaxsrl.launch.device_population import PopulationLoop as loop_class  # noqa: PLC0415
+            from jaxsrl.launch.device_population import PopulationLoop  # noqa: PLC0415
+            loop = PopulationLoop(cfg, logdir, policy, fns, env, mesh, clock, evaluator)
         else:
-            loop_class = _Loop
-        loop = loop_class(cfg, logdir, policy, fns, env, mesh, clock, evaluator)
+            loop = _Loop(cfg, logdir, policy, fns, env, mesh, clock, updates, evaluator)
         if cfg.resume:
             resumption.commit_config(logdir, config)
         return loop.run() | {"logdir": logdir}
@@ -164,13 +181,16 @@ def _install_stop_flag() -> dict:
 class _Loop:
     """State of one device-actor run: learner state, environments, counters, sinks."""
 
-    def __init__(self, cfg, logdir, policy, fns, env, mesh, clock, evaluator=None):
+    def __init__(self, cfg, logdir, policy, fns, env, mesh, clock, planned_updates,
+                 evaluator=None):
         self.cfg, self.logdir, self.policy, self.clock = cfg, logdir, policy, clock
         self.evaluator = evaluator
         self.num_envs, self.T = cfg.batch_segments, cfg.segment_length
         # As the first trainer of a CPU run seeds itself (jaxsrl.launch.wiring).
         rng, init_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
-        state = devices.put_replicated(fns.init(init_key), mesh)
+        # every leaf in a buffer of its own: the step donates the state, and an agent's
+        # init may hand one array out twice (DQN's target network starts as its online one)
+        state = devices.put_replicated(jax.tree.map(jnp.copy, fns.init(init_key)), mesh)
         self.ckpt = Checkpointer(RunDir(logdir).checkpoint_dir(policy), cfg.keep_checkpoints)
         self.version, env_steps = 0, 0
         if cfg.resume:
@@ -188,10 +208,16 @@ class _Loop:
         self.env_carry = put_env_carry(
             initial_rollout_carry(env, env_key, self.num_envs, fns.initial_carry), mesh)
         rollout = make_rollout(env, fns.act, self.T, fns.initial_carry)
-        step = jit_fused_step(make_fused_step(rollout, fns.learn), mesh)
         t0 = clock()
-        self.step = step.lower(self.state, self.env_carry, self.rng,
-                               jnp.int32(self.version)).compile()
+        if fns.replay is None:  # on-policy: rollout then learn, one version per step
+            step = jit_fused_step(make_fused_step(rollout, fns.learn), mesh).lower(
+                self.state, self.env_carry, self.rng, jnp.int32(self.version)).compile()
+            self.step = lambda *args: (*step(*args[:3], jnp.int32(args[3])), 1)
+        else:  # off-policy: rollout, insert into the device replay, the learn calls due
+            self.step = OffPolicySteps(fns, rollout, mesh, self.num_envs * self.T,
+                                       planned_updates, (self.state, self.env_carry, rng))
+            if cfg.resume:
+                self.step.log_refill(policy, self.version)
         log.info("device actors: rollout-and-learn step compiled in %.1f s", clock() - t0)
         self.metrics = MetricsAccumulator(env_steps)
         self.metrics.set_version(policy, self.version)
@@ -209,10 +235,10 @@ class _Loop:
             while True:
                 if _STOP.is_set():
                     raise KeyboardInterrupt("stop signal")
-                self.state, self.env_carry, self.rng, metrics, stats = self.step(
-                    self.state, self.env_carry, self.rng, jnp.int32(self.version))
-                self.version += 1
-                queued.append((metrics, stats, self.version))
+                self.state, self.env_carry, self.rng, metrics, stats, updates = self.step(
+                    self.state, self.env_carry, self.rng, self.version)
+                self.version += updates  # learn calls
+                queued.append((metrics, stats, self.version, updates))
                 while len(queued) > 1:
                     self._count(*queued.pop(0))  # blocks until that step has finished
                 if self._log_due() and self._done():
@@ -225,14 +251,20 @@ class _Loop:
             closing = self._close()
         return closing
 
-    def _count(self, metrics, stats, version) -> None:
-        """Add one finished step to the interval (blocks until it has finished)."""
+    def _count(self, metrics, stats, version, updates) -> None:
+        """Add one finished step to the interval (blocks until it has finished). A step
+        without learn calls (an off-policy replay below ``min_fill``) adds only its
+        ``replay/`` metrics."""
         metrics, stats = jax.device_get((metrics, stats))
         self.metrics.add_env_steps(self.num_envs * self.T)
         self.metrics.add_episodes(int(stats.count), float(stats.return_sum),
                                   float(stats.length_sum))
-        self.metrics.add_means({k: float(v) for k, v in metrics.items()})
-        self.metrics.add_means({"staleness_mean": 0.0, "staleness_max": 0.0})  # fused: on-policy
+        means = {k: float(v) for k, v in metrics.items() if updates or k.startswith("replay/")}
+        # fused on-policy: 0; off-policy: the sampled items' age, as the CPU path reports it
+        for key in ("staleness_mean", "staleness_max"):
+            if updates:
+                means[key] = means.get(f"replay/{key}", 0.0)
+        self.metrics.add_means(means)
         self.metrics.set_version(self.policy, version)
 
     def _log_due(self) -> bool:

@@ -137,7 +137,8 @@ class PopulationLoop(_Loop):
         rollout = make_rollout(env, fns.act, self.T, fns.initial_carry)
         step = jit_population_step(make_population_step(make_fused_step(rollout, fns.learn)), mesh)
         t0 = clock()
-        self.step = step.lower(self.state, self.env_carry, self.rng, self.version).compile()
+        step = step.lower(self.state, self.env_carry, self.rng, self.version).compile()
+        self.step = lambda *args: (*step(*args), 1)  # _Loop.run's: one version per step
         log.info("device actors: the %d members' rollout-and-learn step compiled in %.1f s",
                  n, clock() - t0)
         self.member_metrics = [self.population.metrics_for(m) for m in self.members]
@@ -165,8 +166,9 @@ class PopulationLoop(_Loop):
                     "steps", name, version, self.metrics.env_steps)
         return state, tree["rng"], version
 
-    def _count(self, metrics, stats, version) -> None:
-        """Add one finished step of every member to the interval (blocks until done)."""
+    def _count(self, metrics, stats, version, updates=1) -> None:  # noqa: ARG002
+        """Add one finished step of every member to the interval (blocks until done;
+        ``updates`` is 1: every member learns once per step)."""
         metrics, stats, version = jax.device_get((metrics, stats, version))
         for i, (m, mm) in enumerate(zip(self.members, self.member_metrics)):
             mm.add_env_steps(self.num_envs * self.T)

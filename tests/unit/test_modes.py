@@ -43,7 +43,7 @@ ON = {
     "actor launch_prefix": {"dataflow": _graph(actor={"launch_prefix": PREFIX})},
     "ray address": {"ray_address": "auto"}, "actor resources": {"actor_resources": "x=1"},
     "learner resources": {"learner_resources": "x=1"},
-    "device actors": {"env": "gymnax:CartPole-v1"},
+    "device actors": {"env": "gymnax:CartPole-v1"}, "save replay": {"save_replay": True},
 }
 #: Every refused pair: a row dropped from (or added to) the table fails here.
 EXPECTED = {
@@ -62,7 +62,7 @@ EXPECTED = {
     ("device actors", "launcher=ray"), ("device actors", "learner processes"),
     ("device actors", "dataflow table"),
     ("device actors", "inference given"),
-    ("device actors", "opponents"),
+    ("device actors", "opponents"), ("device actors", "save replay"),
 }
 
 

@@ -46,8 +46,9 @@ ID_PERIOD = 2**30
 """Item ids count insertions modulo the largest multiple of the capacity <= this."""
 
 
-def beta_schedule(beta0: float, planned_updates: int) -> Callable[[int], float]:
+def beta_schedule(beta0: float, planned_updates: int) -> Callable[[Any], Any]:
     """``beta(update)``: linear from ``beta0`` at update 0 to 1 at ``planned_updates``, then 1.
+    ``update`` an int gives a float; a JAX array (e.g. traced) a float32 array.
 
     Schaul et al. 2016, Sec. 3.4 (importance-sampling exponent annealed to 1 by the end).
 
@@ -58,7 +59,13 @@ def beta_schedule(beta0: float, planned_updates: int) -> Callable[[int], float]:
         raise ValueError(f"beta0 must be in [0, 1], got {beta0}")
     if planned_updates < 1:
         raise ValueError(f"planned_updates must be >= 1, got {planned_updates}")
-    return lambda update: beta0 + (1.0 - beta0) * min(max(update, 0) / planned_updates, 1.0)
+
+    def beta(update):
+        if isinstance(update, jax.Array):  # traced (the device actors' step): float32 array
+            return beta0 + (1.0 - beta0) * jnp.clip(update / planned_updates, 0.0, 1.0)
+        return beta0 + (1.0 - beta0) * min(max(update, 0) / planned_updates, 1.0)
+
+    return beta
 
 
 def _chunk_sizes(n: int, largest: int) -> list[int]:
@@ -134,26 +141,38 @@ class Replay:
             self._buffer = fbx.make_item_buffer(
                 max_length=spec.capacity, min_length=1, sample_batch_size=spec.batch_size,
                 add_batches=True)
-        self._add = jax.jit(self._add_fn, donate_argnums=0)
-        self._sample = jax.jit(self._sample_fn)
-        self._set = jax.jit(self._set_fn, donate_argnums=(0, 1))
-        self._priority_stats = jax.jit(self._priority_stats_fn)
+        self._add = jax.jit(self.add_fn, donate_argnums=0)
+        self._sample = jax.jit(self.sample_fn)
+        self._set = jax.jit(self.set_priorities_fn, donate_argnums=(0, 1))
+        self._priority_stats = jax.jit(self.priority_stats_fn)
         self._reset()
 
-    def _reset(self) -> None:
+    def empty_state(self) -> Any:
+        """A fresh, empty flashbax buffer state (items ``[1, capacity, ...]``) as host
+        numpy arrays: plain (not weakly typed) arrays, as every jitted call returns."""
         example = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), self._specs)
-        # host round trip: plain (not weakly typed) arrays, as every jitted call returns
-        self._state = jax.device_put(jax.device_get(self._buffer.init(example)), self._device)
+        return jax.device_get(self._buffer.init(example))
+
+    def _reset(self) -> None:
+        self._state = jax.device_put(self.empty_state(), self._device)
         self._bad = jax.device_put(np.int32(0), self._device)
         self.inserts, self.samples = 0, 0
+
+    @property
+    def id_period(self) -> int:
+        """Ids count insertions modulo this (a multiple of the capacity <= :data:`ID_PERIOD`)."""
+        return self._period
 
     @property
     def size(self) -> int:
         """Items held now: ``min(inserts, capacity)``."""
         return min(self.inserts, self.capacity)
 
-    # -- jitted bodies ------------------------------------------------------------------
-    def _add_fn(self, state, chunk):
+    # -- pure bodies: jitted by the methods below, and traced inside the device actors'
+    # off-policy step (jaxsrl/workers/device/offpolicy.py) on a buffer state it carries
+    def add_fn(self, state, chunk):
+        """``state`` with ``chunk`` (``[k, ...]`` leaves, ``1 <= k <= capacity``) written
+        at the ring's write index; prioritised: the new slots at the largest priority."""
         write, c = state.current_index, self.capacity
         state = self._buffer.add(state, chunk)
         if self.spec.prioritised:
@@ -166,7 +185,10 @@ class Replay:
             state = state.replace(sum_tree_state=tree, running_index=running)
         return state
 
-    def _sample_fn(self, state, key, beta, size, inserted):
+    def sample_fn(self, state, key, beta, size, inserted):
+        """``(ReplayBatch, ids)`` of ``batch_size`` items (see :meth:`sample`) from
+        ``state`` holding ``size`` (``[]`` int32, >= 1) items, ``inserted`` (``[]`` int32)
+        insertions so far modulo the id period; ``beta`` ``[]`` float32."""
         c, b = self.capacity, self.spec.batch_size
         if self.spec.prioritised:
             s = self._buffer.sample(state, key)  # stratified over the sum tree
@@ -186,7 +208,10 @@ class Replay:
         ids = (inserted - 1 - age) % self._period
         return ReplayBatch(items=items, weights=weights), ids.astype(jnp.int32)
 
-    def _set_fn(self, state, bad, ids, priorities, size, inserted):
+    def set_priorities_fn(self, state, bad, ids, priorities, size, inserted):
+        """``(state, bad)`` with the raw ``priorities`` of the items ``ids`` still held
+        set (see :meth:`set_priorities`); ``bad`` (``[]`` int32) counts the negative or
+        non-finite ones skipped. Prioritised buffers only."""
         p = priorities.astype(jnp.float32)
         good = jnp.isfinite(p) & (p >= 0)
         keep = good & ((inserted - 1 - ids) % self._period < size)  # not overwritten since
@@ -195,7 +220,8 @@ class Replay:
         state = self._buffer.set_priorities(state, slots, jnp.where(keep, p, 0.0))
         return state, bad + jnp.sum(~good).astype(jnp.int32)
 
-    def _priority_stats_fn(self, state, size):
+    def priority_stats_fn(self, state, size):
+        """``(mean, max)`` of ``p^alpha`` over the ``size`` held items (prioritised only)."""
         tree = state.sum_tree_state
         first = 2**tree.tree_depth - 1
         leaves = tree.nodes[first:first + self.capacity]  # p^alpha per slot
