@@ -27,6 +27,7 @@ RUNG_KEYS = {
 }
 
 
+@pytest.mark.slow  # every rung once (~40 s on 2 cores); the report's rendering is tested below
 def test_quick_bench_writes_a_well_formed_report(tmp_path):
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
     proc = subprocess.run(
