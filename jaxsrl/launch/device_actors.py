@@ -302,14 +302,19 @@ class _Loop:
             self.metrics.add_means(self.evaluator.evaluate(self.state.params, self.version, saved))
 
     def _save(self) -> None:
-        """Checkpoint the newest state (host copies: the device buffers are donated to
+        """Checkpoint the newest state."""
+        self._save_to(self.ckpt, self.version, self.state, self.rng)
+
+    def _save_to(self, ckpt: Checkpointer, version: int, state: Any, rng: Any) -> None:
+        """Save ``{"agent": state, "rng": rng}`` as ``version`` in ``ckpt`` unless its
+        newest checkpoint is that version (host copies: the device buffers are donated to
         the next step while Orbax writes)."""
-        if self.ckpt.latest_step() == self.version:
+        if ckpt.latest_step() == version:
             return
-        tree = jax.device_get({"agent": self.state, "rng": self.rng})
-        meta = {"policy_version": self.version, "env_steps": self.metrics.env_steps,
+        tree = jax.device_get({"agent": state, "rng": rng})
+        meta = {"policy_version": version, "env_steps": self.metrics.env_steps,
                 "wall_time_s": self.clock()}
-        self.ckpt.save(self.version, tree, meta)
+        ckpt.save(version, tree, meta)
 
     def _close(self) -> dict:
         """Final checkpoint and the closing metrics line (the launcher's ``_shutdown``)."""

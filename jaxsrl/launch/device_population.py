@@ -205,14 +205,9 @@ class PopulationLoop(_Loop):
             self._save_member(i)
 
     def _save_member(self, i: int) -> None:
-        """Checkpoint member ``i``'s newest state (host copies, as ``_Loop._save``)."""
-        name, version = self.members[i], int(self.version[i])
-        if self.ckpts[name].latest_step() == version:
-            return
-        tree = jax.device_get({"agent": member(self.state, i), "rng": self.rng[i]})
-        meta = {"policy_version": version, "env_steps": self.metrics.env_steps,
-                "wall_time_s": self.clock()}
-        self.ckpts[name].save(version, tree, meta)
+        """Checkpoint member ``i``'s newest state (``_Loop._save_to``)."""
+        name = self.members[i]
+        self._save_to(self.ckpts[name], int(self.version[i]), member(self.state, i), self.rng[i])
 
     def _close_checkpoints(self) -> dict:
         """Close every member's checkpointer (``_Loop._close`` saved them first);
