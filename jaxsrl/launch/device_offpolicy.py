@@ -61,8 +61,7 @@ class OffPolicySteps:
         replay = Replay(self.spec, one, device=mesh.devices.flat[0])
         step, self.max_updates = make_offpolicy_step(rollout, fns, replay, planned_updates,
                                                      items_per_step, mesh)
-        self.replay = devices.put_replicated(empty_replay(replay), mesh)
-        del replay  # its own (host-driven) buffer is not used
+        self.replay = empty_replay(replay, devices.replicated(mesh))  # replay's own buffer is never made
         self._step = jit_offpolicy_step(step, mesh).lower(
             state, env_carry, self.replay, rng, jnp.int32(0), jnp.int32(0)).compile()
         self.inserted = self.updates = 0  # in this buffer: items written, learn calls run

@@ -256,3 +256,23 @@ def test_stats_report_staleness_against_numpy():
     assert (m["replay/size"], m["replay/inserts"], m["replay/samples"]) == (8, 8, 3 * 64)
     assert m["replay/priority_max"] == 1.0
     assert "replay/staleness_mean" not in st.metrics(r)  # reset after reading
+
+
+def test_the_device_buffer_is_made_once_and_only_when_used():
+    """A Replay whose pure bodies are traced elsewhere (the device actors' step) holds no
+    buffer of its own; one that is used holds exactly one (the device actors' start used
+    to hold two capacity-sized buffers: this Replay's and the step's)."""
+    def capacity_arrays():
+        return [a for a in jax.live_arrays() if a.ndim >= 2 and a.shape[:2] == (1, 4096)]
+
+    before = len(capacity_arrays())
+    r = make(capacity=4096, batch=8)
+    assert len(capacity_arrays()) == before  # nothing made yet
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    state = r.empty_state(sharding)  # what the device actors' step carries
+    assert all(x.sharding == sharding for x in jax.tree.leaves(state))
+    assert len(capacity_arrays()) == before + len(EXAMPLE)
+    del state
+    r.add(items(0, 3))
+    assert len(capacity_arrays()) == before + len(EXAMPLE)  # its own, made at first use
+    assert r.size == 3

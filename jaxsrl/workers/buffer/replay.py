@@ -145,18 +145,38 @@ class Replay:
         self._sample = jax.jit(self.sample_fn)
         self._set = jax.jit(self.set_priorities_fn, donate_argnums=(0, 1))
         self._priority_stats = jax.jit(self.priority_stats_fn)
+        self._empty = jax.jit(self._init_fn,
+                              out_shardings=jax.sharding.SingleDeviceSharding(self._device))
         self._reset()
 
-    def empty_state(self) -> Any:
-        """A fresh, empty flashbax buffer state (items ``[1, capacity, ...]``) as host
-        numpy arrays: plain (not weakly typed) arrays, as every jitted call returns."""
-        example = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), self._specs)
-        return jax.device_get(self._buffer.init(example))
+    def empty_state(self, sharding: jax.sharding.Sharding | None = None) -> Any:
+        """A fresh, empty flashbax buffer state (items ``[1, capacity, ...]``) made by one
+        compiled call directly where ``sharding`` puts it (default: this buffer's device),
+        never as a host copy; plain (not weakly typed) arrays, as every jitted call returns."""
+        if sharding is None:
+            return self._empty()
+        return jax.jit(self._init_fn, out_shardings=sharding)()
+
+    def _init_fn(self) -> Any:
+        example = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), self._specs)
+        return jax.tree.map(lambda x: x.astype(x.dtype), self._buffer.init(example))
 
     def _reset(self) -> None:
-        self._state = jax.device_put(self.empty_state(), self._device)
+        self._held = None  # the device buffer, made at first use (see _state)
         self._bad = jax.device_put(np.int32(0), self._device)
         self.inserts, self.samples = 0, 0
+
+    @property
+    def _state(self) -> Any:
+        """The flashbax state on the device, made at first use: a :class:`Replay` whose
+        pure bodies are traced elsewhere (the device actors' step) never holds one."""
+        if self._held is None:
+            self._held = self.empty_state()
+        return self._held
+
+    @_state.setter
+    def _state(self, state: Any) -> None:
+        self._held = state
 
     @property
     def id_period(self) -> int:
@@ -359,8 +379,7 @@ class Replay:
         batch, ids = self.sample(jax.random.PRNGKey(0))
         self.set_priorities(ids, batch.weights)
         del batch, ids
-        self._state = None  # free the device buffer before the fresh one is made
-        self._reset()
+        self._reset()  # frees the device buffer; the next use makes a fresh one
 
     def _as_dict(self, state, item_leaf) -> dict:
         d = {"capacity": np.int64(self.capacity), "prioritised": np.bool_(self.spec.prioritised),
@@ -386,7 +405,7 @@ class Replay:
           ValueError: ``d`` comes from a buffer of another structure, capacity, mode,
             alpha or item shapes and dtypes.
         """
-        like = self._as_dict(jax.eval_shape(lambda: self._state),
+        like = self._as_dict(jax.eval_shape(self._init_fn),
                              lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype))
         if jax.tree.structure(d) != jax.tree.structure(like):
             raise ValueError(f"load_state_dict: structure {jax.tree.structure(d)} does not "

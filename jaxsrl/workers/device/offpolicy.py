@@ -94,10 +94,13 @@ def max_updates(items_per_step: int, spec: ReplaySpec) -> int:
     return max(1, math.ceil(items_per_step * spec.replay_ratio / spec.batch_size))
 
 
-def empty_replay(replay: Replay) -> DeviceReplay:
-    """An empty :class:`DeviceReplay` of ``replay``'s structure (host arrays)."""
-    zero = lambda: np.zeros((), np.int32)  # noqa: E731 (one buffer each: the step donates them)
-    return DeviceReplay(replay.empty_state(), zero(), zero(), zero())
+def empty_replay(replay: Replay, sharding: jax.sharding.Sharding | None = None) -> DeviceReplay:
+    """An empty :class:`DeviceReplay` of ``replay``'s structure, made where ``sharding``
+    puts it (default: ``replay``'s device; the buffer is never copied from the host)."""
+    state = replay.empty_state(sharding)
+    where = jax.tree.leaves(state)[0].sharding
+    zero = lambda: jax.device_put(np.zeros((), np.int32), where)  # noqa: E731 (one buffer each: the step donates them)
+    return DeviceReplay(state, zero(), zero(), zero())
 
 
 def make_offpolicy_step(rollout: Callable, fns: AgentFns, replay: Replay,
