@@ -144,7 +144,7 @@ def free_grid(cfg: HideAndSeekConfig, walls: np.ndarray, clearance: float) -> tu
     for cx, cy, hx, hy, _ in walls:
         bx = np.abs(xs - cx) < hx + clearance
         by = np.abs(xs - cy) < hy + clearance
-        free[np.ix_(bx, by)] = False
+        free[bx[:, None] & by[None, :]] = False
     return free, xs
 
 
@@ -185,7 +185,11 @@ def _place(cfg, rng, walls: np.ndarray, half: np.ndarray, region: list[str], anc
     spread = np.ceil(cfg.teammate_radius / cs - 1e-9) * cs
     x0, y0 = room_box(cfg)
     pos = np.zeros((len(half), 2))
-    for k, (hx, hy) in enumerate(half):
+    # the overlap tests on Python floats: the same float64 operations as NumPy's, without
+    # its per-call cost on arrays of a few rows (a layout is drawn at every reset)
+    wall_boxes = [(cx, cy, wx, wy) for cx, cy, wx, wy, _ in walls.tolist()]
+    placed: list[tuple[float, float, float, float]] = []  # (x, y, hx, hy) of entities 0 .. k - 1
+    for k, (hx, hy) in enumerate(half.tolist()):
         for _ in range(200):
             if anchor[k] >= 0:
                 x, y = pos[anchor[k]] + rng.uniform(-spread, spread, size=2)
@@ -197,17 +201,24 @@ def _place(cfg, rng, walls: np.ndarray, half: np.ndarray, region: list[str], anc
                 continue
             if region[k] == "outside" and x + hx > x0 and y + hy > y0:
                 continue
-            if len(walls) and np.any((np.abs(x - walls[:, 0]) < hx + walls[:, 2] + MARGIN)
-                                     & (np.abs(y - walls[:, 1]) < hy + walls[:, 3] + MARGIN)):
-                continue
-            if k and np.any((np.abs(x - pos[:k, 0]) < hx + half[:k, 0] + MARGIN)
-                            & (np.abs(y - pos[:k, 1]) < hy + half[:k, 1] + MARGIN)):
+            if _overlaps(x, y, hx, hy, wall_boxes) or _overlaps(x, y, hx, hy, placed):
                 continue
             pos[k] = x, y
+            placed.append((float(pos[k, 0]), float(pos[k, 1]), hx, hy))
             break
         else:
             return None
     return np.concatenate([pos, np.zeros((len(half), 1))], axis=1)
+
+
+def _overlaps(x: float, y: float, hx: float, hy: float, boxes: list[tuple[float, float, float, float]]) -> bool:
+    """Whether the footprint at ``(x, y)`` with half sizes ``(hx, hy)`` (m) comes within
+    ``MARGIN`` of any of ``boxes``: ``(cx, cy, wx, wy)`` rows, centre and half sizes (m).
+    The sums in NumPy's order (``hx + wx + MARGIN``), so the test's rounding is the same."""
+    for cx, cy, wx, wy in boxes:
+        if abs(x - cx) < hx + wx + MARGIN and abs(y - cy) < hy + wy + MARGIN:
+            return True
+    return False
 
 
 def _count(rng, rng_range) -> int:

@@ -199,7 +199,8 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
     A lidar ray gets the first geom it meets. A line-of-sight ray only needs to know
     whether something meets it before its target's centre: it gets the first geom it meets
     among those whose bounds start before ``los_dist``, -1 if none; geoms beyond cannot
-    change what ``seen_and_lidar`` makes of it. A geom's bounds are its world-aligned
+    change what ``seen_and_lidar`` makes of it. A negative ``los_dist`` (a target outside
+    the vision cone, which no hit can make seen) skips the ray: id -1, distance -1. A geom's bounds are its world-aligned
     bounding box for a box (walls and boxes), its bounding sphere (``geom_rbound``)
     otherwise. Geoms are tried nearest bounds first, and a ray stops at the first whose
     bounds start beyond its best hit; a lidar ray tries only the geoms whose bounds lie
@@ -281,6 +282,10 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
             k = r - n_los
             limit = np.inf if lidar else los_dist[i, r]
             best, gid = -1.0, -1
+            if limit < 0.0:  # not cast (see above)
+                ids[i, r] = -1
+                hit[i, r] = -1.0
+                continue
             for q in range(m):
                 n = order[q]
                 if near[n] > limit or (best >= 0 and near[n] > best):
@@ -367,14 +372,19 @@ def seen_and_lidar(ids, hit, dist, in_cone, geom_body, tgt_body, lidar_range, se
 @jit
 def sense(xpos, geom_xpos, geom_xmat, qpos, eye_ids, tgt_geom, facing, cos_half, geom_size, geom_type, geom_body,
            geom_mesh, geom_rbound, ray_geoms, mesh_vert, mesh_face, mesh_vertadr, mesh_faceadr, mesh_facenum,
-           tgt_body, lidar_range, vec, dist, in_cone, eyes, ids, hit, seen, lidar):
+           tgt_body, lidar_range, vec, dist, in_cone, limit, eyes, ids, hit, seen, lidar):
     """``line_of_sight``, ``cast_rays`` and ``seen_and_lidar`` in one compiled call (their
-    arguments; ``eyes``: ``[A, 3]`` scratch for the agents' centres)."""
+    arguments; ``eyes``: ``[A, 3]`` scratch for the agents' centres, ``limit``: ``[A, K]``
+    scratch for the line-of-sight rays' ``los_dist``: the target's distance in the cone, -1
+    outside it, where ``seen`` is False whatever the ray meets, so the ray is not cast)."""
     for i in range(eye_ids.shape[0]):
         for c in range(3):
             eyes[i, c] = xpos[eye_ids[i], c]
     line_of_sight(xpos, geom_xpos, qpos, eye_ids, tgt_geom, facing, cos_half, vec, dist, in_cone)
+    for i in range(dist.shape[0]):
+        for c in range(dist.shape[1]):
+            limit[i, c] = dist[i, c] if in_cone[i, c] else -1.0
     cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, geom_rbound, ray_geoms,
-                      mesh_vert, mesh_face, mesh_vertadr, mesh_faceadr, mesh_facenum, eyes, eye_ids, vec, dist,
+                      mesh_vert, mesh_face, mesh_vertadr, mesh_faceadr, mesh_facenum, eyes, eye_ids, vec, limit,
                       ids, hit)
     seen_and_lidar(ids, hit, dist, in_cone, geom_body, tgt_body, lidar_range, seen, lidar)

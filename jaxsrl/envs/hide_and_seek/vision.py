@@ -105,7 +105,8 @@ class Vision:
         self._sense_args = (self._eye_ids, self._tgt_geom, self._facing, self._cos_half, m.geom_size, m.geom_type,
                             self._geom_body, m.geom_dataid, m.geom_rbound, self._ray_geoms, self._mesh_vert,
                             m.mesh_face, m.mesh_vertadr, m.mesh_faceadr, m.mesh_facenum, self._tgt_body,
-                            self._lidar_range, self._vec, self._dist, self._in_cone, self._eyes, self._ids, self._hit)
+                            self._lidar_range, self._vec, self._dist, self._in_cone, np.empty((a, k)), self._eyes,
+                            self._ids, self._hit)
         self._data_arrays = None  # (data, its arrays) of the last sense
 
     def mujoco_rays(self, data: mujoco.MjData, ids: np.ndarray, hit: np.ndarray) -> None:
