@@ -4,12 +4,18 @@ block after warm-up; sustained linear growth beyond a generous bound fails
 (:func:`jaxsrl.bench.growth.growth`). Counted in requests, not seconds, so a loaded
 machine changes the duration, not the verdict. The second test injects a leak (every
 request's frames kept in a module-level list) and checks that it is caught.
+
+Each measurement runs in a fresh (spawned) process: in a test process that has already run
+other tests, memory those tests freed can absorb a leak without RSS rising, and whatever
+ran before in it (under pytest-xdist, any file) would decide the verdict.
 """
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 
 import jax
 import numpy as np
 import psutil
-import pytest
 import zmq
 
 from jaxsrl.bench import agentfns
@@ -33,8 +39,7 @@ MAX_GROWTH = 2**20  # bytes over the measured span: 175 B per request over 6,000
 LEAK: list = []  # the injected leak's store
 
 
-@pytest.fixture(scope="module")
-def setup():
+def _setup():
     cfg = load_config(["--env=CartPole-v1"])
     b = agentfns.build(cfg)
     mesh = devices.local_mesh()
@@ -58,10 +63,7 @@ def setup():
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(worker.address)
-    yield worker, gate, sock, request, segment
-    sock.close()
-    worker.stop.set()
-    thread.join(30)
+    return (worker, gate, sock, request, segment), thread
 
 
 def _drive(setup, blocks: int, warmup_blocks: int) -> dict:
@@ -93,24 +95,40 @@ def _drive(setup, blocks: int, warmup_blocks: int) -> dict:
     return growth(events, rss, MAX_GROWTH)
 
 
-def test_server_and_sample_gate_hold_memory_steady(setup):
-    verdict = _drive(setup, blocks=14, warmup_blocks=4)
-    assert not verdict["sustained"], verdict
-
-
-def test_an_injected_leak_per_request_is_caught(setup, monkeypatch):
+def _measure(leak: bool, blocks: int, warmup_blocks: int) -> dict:
+    """Build the server and the gate, drive them (with the injected leak if ``leak``: a
+    reference to every request's frames kept), stop them; the growth verdict."""
+    setup, thread = _setup()
     own_recv = policy.recv_routed  # the serving loop's receive, called once per request
 
     def leaky_recv(sock, *flags):
         frames = own_recv(sock, *flags)
-        LEAK.append([bytes(f) for f in frames])  # a reference kept per request
+        LEAK.append([bytes(f) for f in frames])
         return frames
 
-    monkeypatch.setattr(policy, "recv_routed", leaky_recv)
+    if leak:
+        policy.recv_routed = leaky_recv
     try:
-        verdict = _drive(setup, blocks=12, warmup_blocks=2)
+        return _drive(setup, blocks, warmup_blocks)
     finally:
-        monkeypatch.undo()
-        LEAK.clear()
+        policy.recv_routed = own_recv
+        worker, sock = setup[0], setup[2]
+        sock.close()
+        worker.stop.set()
+        thread.join(30)
+
+
+def _in_fresh_process(*args) -> dict:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_measure, *args).result(timeout=1800)
+
+
+def test_server_and_sample_gate_hold_memory_steady():
+    verdict = _in_fresh_process(False, 14, 4)
+    assert not verdict["sustained"], verdict
+
+
+def test_an_injected_leak_per_request_is_caught():
+    verdict = _in_fresh_process(True, 12, 2)
     assert verdict["sustained"], verdict
     assert verdict["bytes_per_event"] > 200, verdict
