@@ -17,7 +17,9 @@ Actions are the policy's most likely ones unless ``--sample``. The env is built 
 training; only ``--video`` asks it for ``rgb_array`` frames (an env that cannot draw
 them is an error naming it). MP4 needs the ``imageio-ffmpeg`` package (without it a
 GIF is written instead). Exit code 0 on success, 2 for a missing run/checkpoint, an
-env that cannot render a ``--video``, or a bad option.
+env that cannot render a ``--video``, or a bad option; a run keeps only its newest
+``--keep_checkpoints`` steps, and asking for an older one says which it keeps. It writes
+nothing but the ``--video`` and ``--json`` files asked for.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Reads each run's ``metrics.jsonl`` and writes PNGs (default: ``curves.png`` in the
 first run's folder; the paths written are printed): episode return against
 environment steps and against wall-clock time, per-team returns for multi-agent runs,
-and (for runs with episode statistics, e.g. hide-and-seek phases) a second figure
+the periodic evaluation's return (``eval/return_mean``, from ``--eval_every``) against
+environment steps when the run has one, and (for runs with episode statistics, e.g. hide-and-seek phases) a second figure
 ``<out>_episode.png``. Each run is its own curve, labelled by its folder; ``--band``
 averages the runs of each agent (or of each ``--labels`` label; repeated labels
 average too). The same command is ``python scripts/plot.py ...`` or
@@ -13,8 +14,10 @@ average too). The same command is ``python scripts/plot.py ...`` or
     python scripts/plot.py runs/ppo-s0 runs/ppo-s1 --band mean --out seeds.png   # one: mean, std
     python scripts/plot.py runs/hs --out hs.png --stats 'episode/*locked*' --keys loss/total
     python scripts/plot.py runs/a runs/b --labels lr1e-3 lr3e-4 --smooth 0.6
+    python scripts/plot.py runs/cp --keys 'eval/*'          # every periodic-evaluation metric
 
-Exit code 0 on success, 2 for a missing metrics file or a bad option.
+Exit code 0 on success, 2 for a missing metrics file, a ``--keys`` pattern that matches
+no metric, or a bad option.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
                         "name); runs with the same label are averaged")
     p.add_argument("--smooth", type=float, default=0.0, help="EMA weight in [0, 1) (default 0)")
     p.add_argument("--keys", nargs="+", default=[],
-                   help="extra metric keys to plot (e.g. loss/total staleness_mean fps)")
+                   help="extra metric keys to plot against env steps, or shell patterns of them "
+                        "(e.g. loss/total staleness_mean fps 'eval/*')")
     p.add_argument("--stats", nargs="+", default=None,
                    help="shell patterns of the episode/... statistics to plot (default: all)")
     p.add_argument("--no_stats", action="store_true", help="skip the episode-statistics figure")

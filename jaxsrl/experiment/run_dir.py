@@ -213,11 +213,18 @@ class RunDir:
 
     @classmethod
     def of_checkpoint(cls, path: str) -> tuple["RunDir", str, int | None]:
-        """``(run folder, policy, step or None)`` of ``LOGDIR/checkpoints/<policy>[/<step>]``."""
+        """``(run folder, policy, step or None)`` of ``LOGDIR/checkpoints/<policy>[/<step>]``.
+
+        A numeric last part is a step when that folder exists or when the path has the
+        full ``checkpoints/<policy>/<step>`` form (a pruned or never-saved step is still a
+        step of that policy, so its run folder is found; the restore then says which
+        steps are kept)."""
         path = os.path.abspath(path)
         step = None
-        if os.path.basename(path).isdigit() and os.path.isdir(path):
-            path, step = os.path.dirname(path), int(os.path.basename(path))
+        name = os.path.basename(path)
+        full_form = os.path.basename(os.path.dirname(os.path.dirname(path))) == CHECKPOINTS_NAME
+        if name.isdigit() and (os.path.isdir(path) or full_form):
+            path, step = os.path.dirname(path), int(name)
         return cls(os.path.dirname(os.path.dirname(path))), os.path.basename(path), step
 
 

@@ -125,10 +125,12 @@ def train(cfg: Any, logdir: str) -> dict:
                 {"agent": cfg.agent, "env": cfg.env, "resume": bool(cfg.resume),
                  "launcher": cfg.launcher, "actors": "device", "pid": os.getpid()},
                 "run of %s on %s starts in %s%s; actors on the device (%s): %s is a JAX-native "
-                "environment, so its %d envs step next to the policy inside one compiled "
+                "environment, so %s step next to the %s inside one compiled "
                 "rollout-and-learn step of %d steps per update (--num_actors, --envs_per_actor "
                 "and --inference do not apply)", cfg.agent, cfg.env, logdir,
-                " (resumed)" if cfg.resume else "", where, cfg.env, num_envs, T)
+                " (resumed)" if cfg.resume else "", where, cfg.env,
+                envs_text(num_envs, cfg.population), "members' policies" if cfg.population
+                else "policy", T)
     old_handlers = _install_stop_flag()
     try:
         if cfg.population:  # the members stacked, one vmapped step: their own loop
@@ -142,6 +144,16 @@ def train(cfg: Any, logdir: str) -> dict:
     finally:
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
+
+
+def envs_text(envs_per_member: int, population: int = 0) -> str:
+    """The run's environments for its first log line: ``"its 64 envs"``, or for a
+    ``--population`` (each member steps its own ``batch_segments`` envs)
+    ``"its 4 members x 64 envs = 256 envs"``."""
+    if population:
+        return (f"its {population} members x {envs_per_member} envs = "
+                f"{population * envs_per_member} envs")
+    return f"its {envs_per_member} envs"
 
 
 def _check_resume(cfg: Any, fns: Any, logdir: str) -> None:

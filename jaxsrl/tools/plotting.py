@@ -2,8 +2,10 @@
 
 One figure (``out``) holds the episode return against environment steps and against
 wall-clock time — for multi-team runs the per-team returns (``episode_return_mean/<team>``)
-instead, since the mean over zero-sum teams is about 0 — and any extra metric keys asked
-for. When the runs report episode statistics
+instead, since the mean over zero-sum teams is about 0 —, the periodic evaluation's return
+against environment steps when the runs have one (``--eval_every`` writes ``eval/*`` keys:
+``eval/return_mean``, per team ``eval/return_mean/<team>``) and any extra metric keys
+asked for (names or shell patterns such as ``eval/*``). When the runs report episode statistics
 (``episode/<name>``, e.g. hide-and-seek's phase statistics), a second figure
 ``<out stem>_episode.png`` shows them, one panel each::
 
@@ -39,6 +41,7 @@ from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.tools import league
 
 RETURN_KEY = "episode_return_mean"
+EVAL_RETURN_KEY = "eval/return_mean"  # jaxsrl/launch/periodic_eval.py, eval_metrics
 POPULATION_PREFIX = "population/"
 
 
@@ -194,7 +197,7 @@ def _panel(ax, runs: list, key: str, x: str, smoothing: float, colors: dict,
             curves.append((xs, ys))
             single = len(members) == 1
             ax.plot(xs, ys, color=color, lw=1.6 if single else 0.8, alpha=1.0 if single else 0.35,
-                    marker="o" if len(xs) < 3 else None, ms=3,
+                    marker="o" if len(xs) < 3 or key.startswith("eval/") else None, ms=3,
                     label=f"{label}" if single else None)
             drawn = True
         agg = aggregate(curves) if band == "mean" else aggregate_median(curves)
@@ -279,16 +282,45 @@ def episode_stat_keys(runs: list, patterns: Sequence[str] | None = None) -> list
     return keys
 
 
+def _returns(all_keys: set, key: str) -> list:
+    """``[key]``, or the team returns ``key/<team>`` when there are any."""
+    teams = sorted(k for k in all_keys if k.startswith(key + "/") and k != key + "/")
+    return teams or [key]
+
+
 def return_panels(runs: list) -> list:
     """``[(key, x), ...]`` of the return panels: ``episode_return_mean`` against steps and
     wall-clock time; for runs with team returns (``episode_return_mean/<team>``, the
     teams of a multi-agent game) each team's return against steps and wall-clock time
-    instead (the mean over zero-sum teams is about 0 and says nothing)."""
+    instead (the mean over zero-sum teams is about 0 and says nothing). Runs with
+    periodic evaluation (``eval/return_mean``) add its return, or its team returns
+    ``eval/return_mean/<team>``, against steps."""
     all_keys = set().union(*(run.keys() for run in runs)) if runs else set()
-    team_keys = sorted(k for k in all_keys if k.startswith(RETURN_KEY + "/") and k != RETURN_KEY + "/")
-    if not team_keys:
-        return [(RETURN_KEY, "env_steps"), (RETURN_KEY, "wall_time_s")]
-    return [(k, "env_steps") for k in team_keys] + [(k, "wall_time_s") for k in team_keys]
+    train = _returns(all_keys, RETURN_KEY)
+    evaluated = _returns(all_keys, EVAL_RETURN_KEY) if any(
+        k == EVAL_RETURN_KEY or k.startswith(EVAL_RETURN_KEY + "/") for k in all_keys) else []
+    return ([(k, "env_steps") for k in train] + [(k, "wall_time_s") for k in train]
+            + [(k, "env_steps") for k in evaluated])
+
+
+def metric_keys(runs: list, keys: Sequence[str]) -> list:
+    """``keys`` with each shell pattern (``*``, ``?``, ``[``; e.g. ``eval/*``) replaced by
+    the runs' metric keys that match it, sorted; duplicates dropped.
+
+    Raises:
+      ValueError: a pattern that matches no key of the runs, naming it.
+    """
+    all_keys = sorted(set().union(*(run.keys() for run in runs))) if runs else []
+    out = []
+    for key in keys:
+        if not any(c in key for c in "*?["):
+            out.append(key)
+            continue
+        found = [k for k in all_keys if fnmatch.fnmatchcase(k, key)]
+        if not found:
+            raise ValueError(f"key pattern {key!r} matches no metric in the runs' metrics.jsonl")
+        out.extend(found)
+    return list(dict.fromkeys(out))
 
 
 def plot_runs(logdirs: Sequence[str], out: str | None = None,
@@ -306,7 +338,8 @@ def plot_runs(logdirs: Sequence[str], out: str | None = None,
       labels: one label per run (same label = same group, averaged); default: the run
         folders' names (one curve each), or with ``band`` the agent names.
       smoothing: EMA weight in [0, 1) applied to every curve.
-      keys: extra metric keys to plot against environment steps (e.g. ``loss/total``).
+      keys: extra metric keys to plot against environment steps (e.g. ``loss/total``),
+        or shell patterns of them (``eval/*``: every periodic-evaluation metric).
       stats: shell patterns selecting the ``episode/...`` panels (default: all).
       episode_stats: write the episode-statistics figure when there are any.
       references: ``(env_steps, return, label)`` published results drawn as markers on
@@ -318,7 +351,8 @@ def plot_runs(logdirs: Sequence[str], out: str | None = None,
 
     Raises:
       FileNotFoundError: a run folder without ``metrics.jsonl``.
-      ValueError: no run folders, bad labels, smoothing or band.
+      ValueError: no run folders, bad labels, smoothing or band, a key pattern that
+        matches nothing.
     """
     if not logdirs:
         raise ValueError("no run folders to plot")
@@ -329,7 +363,8 @@ def plot_runs(logdirs: Sequence[str], out: str | None = None,
     runs = load_runs(logdirs, labels, average=band is not None)
     out = out or os.path.join(logdirs[0], DEFAULT_OUT)
     band = band or "mean"
-    panels = return_panels(runs) + [(k, "env_steps") for k in keys]
+    panels = return_panels(runs)
+    panels += [(k, "env_steps") for k in metric_keys(runs, keys) if (k, "env_steps") not in panels]
     names = ", ".join(sorted({r.label for r in runs}))
     written = [_figure(panels, runs, smoothing, out,
                        f"{names}: {len(runs)} run(s)", cols=2 if len(panels) <= 4 else 3,

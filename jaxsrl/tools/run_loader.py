@@ -25,7 +25,7 @@ import jax
 from agents import get_agent
 from jaxsrl.core.agent import Agent, AgentFns
 from jaxsrl.experiment.agent_build import agent_factory
-from jaxsrl.experiment.checkpoint import Checkpointer
+from jaxsrl.experiment.checkpoint import Checkpointer, finalised_steps
 from jaxsrl.experiment.dataflow import Dataflow, default_dataflow
 from jaxsrl.experiment.population import population_dataflow
 from jaxsrl.experiment.run_dir import RunDir
@@ -123,10 +123,17 @@ def restore_params(policy_dir: str, fns: AgentFns, step: int | None = None) -> P
     """Restore one policy's parameters (newest checkpoint unless ``step``).
 
     Raises:
-      FileNotFoundError: no such folder, or no checkpoint in it.
+      FileNotFoundError: no such folder, no checkpoint in it, or no checkpoint ``step``
+        (the message names the run folder and the steps it keeps).
     """
     if not os.path.isdir(policy_dir):
         raise FileNotFoundError(f"no checkpoint folder {policy_dir}")
+    if step is not None and step not in (kept := finalised_steps(policy_dir)):
+        policy, run = os.path.basename(policy_dir), os.path.dirname(os.path.dirname(policy_dir))
+        raise FileNotFoundError(
+            f"policy {policy} has no checkpoint {step} in run folder {run}: it keeps "
+            + (", ".join(map(str, kept)) if kept else "none")
+            + " (the newest --keep_checkpoints; older ones are deleted)")
     like = {"agent": fns.init(jax.random.PRNGKey(0)), "rng": jax.random.PRNGKey(0)}
     ckpt = Checkpointer(policy_dir)
     try:
@@ -157,7 +164,8 @@ def load_run(logdir: str | None = None, checkpoint: str | None = None,
       agents: agent registry (default ``agents.AGENTS``).
 
     Raises:
-      FileNotFoundError: missing config or checkpoint.
+      FileNotFoundError: missing run folder, config or checkpoint (a checkpoint step
+        that is not kept: the message names the steps that are).
       ValueError: neither ``logdir`` nor ``checkpoint``, or an unknown agent/policy.
     """
     chosen: tuple[str, int | None] | None = None
@@ -171,6 +179,8 @@ def load_run(logdir: str | None = None, checkpoint: str | None = None,
         checkpoints = RunDir(logdir)
     else:
         raise ValueError("give a run folder (logdir) or a checkpoint path")
+    if not os.path.isdir(logdir):
+        raise FileNotFoundError(f"no run folder {logdir}")
     config = read_config(config_path or logdir)
     name = config.get("agent")
     try:

@@ -422,3 +422,32 @@ def test_the_recurrent_equality_catches_a_wrong_first_carry():
     fused, separate = _fused_vs_separate(mutant, recurrent=True)
     with pytest.raises(AssertionError):
         _assert_same(fused[0], separate[0])
+
+
+class _StopBeforeTheLoop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("population, expected", [
+    (0, "so its 8 envs step next to the policy inside"),
+    (3, "so its 3 members x 8 envs = 24 envs step next to the members' policies inside")])
+def test_the_first_log_line_states_the_envs_per_member_and_the_runs_total(
+        tmp_path, monkeypatch, caplog, population, expected):
+    """The run_start line of jaxsrl/launch/device_actors.py ``train``, the loop itself
+    replaced by one that stops the run (nothing is compiled)."""
+    import logging  # noqa: PLC0415
+    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
+    from jaxsrl.launch import device_actors, device_population  # noqa: PLC0415
+
+    def stop(*args, **kwargs):
+        raise _StopBeforeTheLoop
+
+    monkeypatch.setattr(device_population, "PopulationLoop", stop)
+    monkeypatch.setattr(device_actors, "_Loop", stop)
+    logdir = str(tmp_path / "run")
+    cfg = load_config([f"--env={CARTPOLE}", f"--population={population}", "--batch_segments=8",
+                       "--segment_length=4", f"--logdir={logdir}"])
+    with caplog.at_level(logging.INFO), pytest.raises(_StopBeforeTheLoop):
+        device_actors.train(cfg, logdir)
+    (line,) = [r.getMessage() for r in caplog.records if "starts in" in r.getMessage()]
+    assert expected in line, line

@@ -169,6 +169,61 @@ def test_plot_writes_into_the_first_run_folder_by_default(tmp_path, monkeypatch,
     assert os.listdir(cwd) == []
 
 
+def _eval_records(n=8, every=3, teams=()):
+    """Training records with, every ``every``-th one, the ``eval/*`` means that periodic
+    evaluation adds (jaxsrl/launch/periodic_eval.py, eval_metrics)."""
+    out = []
+    for i in range(n):
+        r = {"env_steps": 100 * (i + 1), "wall_time_s": float(i + 1),
+             "episode_return_mean": float(i)}
+        if i % every == every - 1:
+            r.update({"eval/return_mean": 10.0 + i, "eval/return_std": 1.0,
+                      "eval/episodes": 4.0, "eval/policy_version": float(i)})
+            r.update({f"eval/return_mean/{t}": (1.0 if t == "hider" else -1.0) * i
+                      for t in teams})
+        out.append(r)
+    return out
+
+
+def _panels(monkeypatch, fn):
+    """``{(figure, panel title): [(x, y) of each line drawn]}`` of the figures ``fn()`` saves."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: saved.append((path, fig)))
+    fn()
+    return {(os.path.basename(path), ax.get_title()):
+            [(list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()]
+            for path, fig in saved for ax in fig.axes if ax.get_visible()}
+
+
+def test_evaluation_return_is_plotted_against_steps_and_eval_keys_by_pattern(
+        tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    records = _eval_records()
+    run = _write_run(tmp_path / "r", records)
+    out = str(tmp_path / "c.png")
+    drawn = _panels(monkeypatch, lambda: _plot_main([run, "--out", out, "--no_stats"]))
+    evaluated = [r for r in records if "eval/return_mean" in r]
+    assert drawn[("c.png", "eval/return_mean")] == [
+        ([r["env_steps"] for r in evaluated], [r["eval/return_mean"] for r in evaluated])]
+    assert ("c.png", "eval/return_std") not in drawn  # the return only, unless asked for
+    drawn = _panels(monkeypatch, lambda: _plot_main([run, "--out", out, "--keys", "eval/*"]))
+    assert sorted(t for f, t in drawn if t.startswith("eval/")) == [
+        "eval/episodes", "eval/policy_version", "eval/return_mean", "eval/return_std"]
+    assert drawn[("c.png", "eval/policy_version")][0][1] == [
+        r["eval/policy_version"] for r in evaluated]
+    team_run = _write_run(tmp_path / "t", _eval_records(teams=("hider", "seeker")))
+    loaded = plotting.load_runs([team_run])
+    assert plotting.return_panels(loaded)[-2:] == [("eval/return_mean/hider", "env_steps"),
+                                                   ("eval/return_mean/seeker", "env_steps")]
+    assert plotting.return_panels(plotting.load_runs([_write_run(tmp_path / "n", _hs_records(0))])) \
+        == [(k, x) for x in ("env_steps", "wall_time_s")
+            for k in ("episode_return_mean/hider", "episode_return_mean/seeker")]
+    capsys.readouterr()
+    assert _plot_main([run, "--out", out, "--keys", "evl/*"]) == 2
+    assert "'evl/*'" in capsys.readouterr().err
+
+
 def test_published_reference_markers(tmp_path):
     pytest.importorskip("matplotlib")
     run = _write_run(tmp_path / "r", _hs_records(0))
