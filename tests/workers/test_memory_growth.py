@@ -5,13 +5,15 @@ block after warm-up; sustained linear growth beyond a generous bound fails
 machine changes the duration, not the verdict. The second test injects a leak (every
 request's frames kept in a module-level list) and checks that it is caught.
 
-Each measurement runs in a fresh (spawned) process: in a test process that has already run
+Each measurement runs in a fresh Python process: in a test process that has already run
 other tests, memory those tests freed can absorb a leak without RSS rising, and whatever
 ran before in it (under pytest-xdist, any file) would decide the verdict.
 """
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
+import json
+import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -37,6 +39,7 @@ ROWS, T = 16, 32  # one CartPole actor group's request; steps per segment
 BLOCK = 600  # requests between RSS samples
 MAX_GROWTH = 2**20  # bytes over the measured span: 175 B per request over 6,000 (the leak below: ~550)
 LEAK: list = []  # the injected leak's store
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _setup():
@@ -119,8 +122,15 @@ def _measure(leak: bool, blocks: int, warmup_blocks: int) -> dict:
 
 
 def _in_fresh_process(*args) -> dict:
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_measure, *args).result(timeout=1800)
+    """:func:`_measure` in a new interpreter (a plain subprocess: multiprocessing's spawn
+    would leave its resource tracker behind as a child of the test process)."""
+    code = ("import json, sys, test_memory_growth as t; "
+            f"print(json.dumps(t._measure(*{args!r}), default=lambda x: x.item()))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, *sys.path]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=1800)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_server_and_sample_gate_hold_memory_steady():
