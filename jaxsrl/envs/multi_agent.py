@@ -17,7 +17,9 @@ that also has ``step_rows(actions [R, ...], rows [n], obs {key: [R, ...]}, rewar
 -> None | infos [n]`` (as ``HideAndSeekEnv`` does; ``rows``: the rows of its current
 ``agents`` in order) is stepped through it: it writes its agents' rows of the group's
 arrays in place and returns its infos only when its episode ends (by truncation), so no
-per-agent dicts either side. Imports no JAX.
+per-agent dicts either side. At a step where no episode ends, ``StepResult.final_obs`` is
+one dict of zeros shared by every such step, read-only (writing to it raises ValueError).
+Imports no JAX.
 """
 
 from __future__ import annotations
@@ -67,6 +69,11 @@ class MultiAgentVectorEnv:
         self._by_rows = [flat and callable(getattr(env, "step_rows", None)) for env in self.envs]
         self._row_obs = {k: self._obs[n] for k, n in names.items()} if flat else {}  # env keys -> group arrays
         self._valid = np.zeros(self.num_rows, bool)  # rows of the agents of each env's current episode
+        # the final observations of a step at which no episode ends: all zeros, shared by
+        # every such step and read-only, so no caller can change what later steps return
+        self._no_final = {k: np.zeros(v.shape, v.dtype) for k, v in self._obs.items()}
+        for v in self._no_final.values():
+            v.flags.writeable = False
 
     def _present_rows(self, e: int, env: Any) -> np.ndarray:
         """Rows of ``env.agents`` (in that order), int64; also marks them in ``_valid``."""
@@ -150,8 +157,8 @@ class MultiAgentVectorEnv:
             obs = self._end_episode(e, self.envs[e], rows.tolist(), infos, False, terminated, truncated, valid,
                                     discarded, episodes)
             self._write(e, obs, self._obs)
-        if final is None:
-            final = {k: np.zeros(v.shape, v.dtype) for k, v in self._obs.items()}
+        if final is None:  # no episode ended: the shared read-only zeros
+            final = self._no_final
         return StepResult({k: v.copy() for k, v in self._obs.items()}, reward, terminated,
                           truncated, final, episodes, valid,
                           discarded if np.count_nonzero(discarded) else None)

@@ -122,3 +122,23 @@ def test_self_play_records_no_game_for_a_discarded_episode():
     assert draws.take_games() == []
     draws.stepped(ones, done, np.ones(2, bool))
     assert draws.take_games() == [{"hider": [-1, 1.0], "seeker": [-1, 1.0]}]
+
+
+@pytest.mark.parametrize("game", [Game, RowGame])
+def test_final_obs_is_shared_read_only_zeros_until_an_episode_ends(game):
+    """``final_obs`` of a step at which no episode ends is one dict of zeros shared by
+    every such step and read-only (a caller cannot change what later steps return); at a
+    step where episodes end it holds their last observations, in fresh arrays."""
+    env = MultiAgentVectorEnv(lambda discard: game(discard), {"discard": -1}, 2, seed=0)
+    env.reset()
+    results = [env.step(np.zeros(4, np.int64)) for _ in range(5)]
+    key = "obs/ep" if game is RowGame else "obs"
+    for k in (0, 2, 4):  # mid-episode
+        final = results[k].final_obs[key]
+        assert not final.any() and not final.flags.writeable
+        with pytest.raises(ValueError):
+            final[0] = 1.0
+    assert results[0].final_obs is results[2].final_obs
+    ended = results[3].final_obs[key]  # every env ends its episode 1 here
+    np.testing.assert_array_equal(ended[:, 0], [1.0, 1.0, 1.0, 1.0])
+    assert ended.flags.writeable and ended is not results[0].final_obs[key]
