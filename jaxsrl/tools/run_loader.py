@@ -127,7 +127,11 @@ def restore_params(policy_dir: str, fns: AgentFns, step: int | None = None) -> P
         (the message names the run folder and the steps it keeps).
     """
     if not os.path.isdir(policy_dir):
-        raise FileNotFoundError(f"no checkpoint folder {policy_dir}")
+        parent = os.path.dirname(policy_dir)
+        have = sorted(d for d in os.listdir(parent)
+                      if os.path.isdir(os.path.join(parent, d))) if os.path.isdir(parent) else []
+        raise FileNotFoundError(f"no checkpoint folder {policy_dir}"
+                                + (f" (this run's policies: {', '.join(have)})" if have else ""))
     if step is not None and step not in (kept := finalised_steps(policy_dir)):
         policy, run = os.path.basename(policy_dir), os.path.dirname(os.path.dirname(policy_dir))
         raise FileNotFoundError(

@@ -90,3 +90,13 @@ def test_a_run_without_checkpoint_or_config_is_a_one_line_error(pruned_run, tmp_
                 "no_config": "no run config", "no_folder": "no run folder"}[case]
     assert expected in err
     assert (_snapshot(logdir) if os.path.isdir(logdir) else None) == before
+
+
+def test_an_unknown_policy_names_the_policies_the_run_has(pruned_run, capsys):
+    before = _snapshot(pruned_run)
+    code = _evaluate(["--checkpoint", os.path.join(pruned_run, "checkpoints", "other"),
+                      "--episodes", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "no checkpoint folder" in err and "this run's policies: default)" in err
+    assert _snapshot(pruned_run) == before
