@@ -110,8 +110,7 @@ class InlineParameters(Worker):
         for policy, version in meta["versions"].items():
             learner = self.metrics.policy_version.get(policy)
             if version >= 0 and learner is not None:
-                # max: the learner's recorded version can trail what it has already published
-                self.metrics.add_means({"param_lag/inline": max(0, learner - version)})
+                self.metrics.add_means({"param_lag/inline": learner - version})
         for policy, reasons in list(meta["dropped"].items())[:16]:
             for reason, n in list(reasons.items())[:16]:
                 key = (actor, meta["run"], policy, reason)

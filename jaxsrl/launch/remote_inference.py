@@ -158,8 +158,7 @@ class RemoteInferenceServers(ChildSupervisor):
         s.version = meta["version"]
         learner = self.metrics.policy_version.get(s.policy)
         if s.version >= 0 and learner is not None:
-            # max: the learner's recorded version can trail what it has already published
-            self.metrics.add_means({f"param_lag/{metric_name(s.name)}": max(0, learner - s.version)})
+            self.metrics.add_means({f"param_lag/{metric_name(s.name)}": learner - s.version})
         self.metrics.add_means({k: v for k, v in meta["means"].items()
                                 if k.startswith("inference/") and math.isfinite(v)})
 

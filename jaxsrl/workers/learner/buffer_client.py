@@ -212,12 +212,12 @@ class BufferClientTrainer(TrainerWorker):
                 "run": msg.meta["run"], "version": self.version}), flags=zmq.NOBLOCK)
         except zmq.Again:
             self.metrics.count("priorities_not_sent")
+        self.metrics.set_version(self.policy, self.version)  # before publishing: param_lag >= 0
         self.store.publish(self.policy, self.version, self.state.params)
         t2 = time.perf_counter()
         self.metrics.add_means({k: float(v) for k, v in metrics.items()})
         self.metrics.add_means({"learner/update_ms": 1e3 * (t2 - t0),
                                 "learner/publish_ms": 1e3 * (t2 - t1)})
-        self.metrics.set_version(self.policy, self.version)
         self._waiting_since = time.perf_counter()
 
     # -- checkpoints ----------------------------------------------------------------

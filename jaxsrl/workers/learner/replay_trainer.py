@@ -174,13 +174,13 @@ class ReplayTrainer(TrainerWorker):
             return
         metrics, priorities = learned
         t1 = time.perf_counter()
+        self.metrics.set_version(self.policy, self.version)  # before publishing: param_lag >= 0
         self.store.publish(self.policy, self.version, self.state.params)
         self.feed.set_priorities(ids, priorities)
         t2 = time.perf_counter()
         self.metrics.add_means({k: float(v) for k, v in metrics.items()})
         self.metrics.add_means({"learner/update_ms": 1e3 * (t2 - t0),
                                 "learner/publish_ms": 1e3 * (t2 - t1)})
-        self.metrics.set_version(self.policy, self.version)
 
     def report_metrics(self) -> None:
         """Add the replay's metrics (size, rates, ratio, priorities, staleness) to the

@@ -200,8 +200,8 @@ class TrainerWorker(LearnerRequests, Worker):
         self.extra_meta: dict = {}  # run counters saved with checkpoints (set by the launcher)
         self._requests = RequestQueue(name)  # run between updates (run_between_updates)
         self._min_version = 0  # actions older than this came from replaced parameters
+        metrics.set_version(policy, start.version)  # before publishing: param_lag >= 0
         store.publish(policy, start.version, start.state.params)
-        metrics.set_version(policy, start.version)
 
     def _example_batch(self) -> Trajectory:
         """A zero batch of the configured shape (for ahead-of-time compilation)."""
@@ -247,8 +247,8 @@ class TrainerWorker(LearnerRequests, Worker):
         if self._pending_rows:
             self.metrics.count("replaced_rows_dropped", self._pending_rows)
         self._pending, self._pending_rows = [], 0
+        self.metrics.set_version(self.policy, self.version)  # before publishing: param_lag >= 0
         self.store.publish(self.policy, self.version, self.state.params)
-        self.metrics.set_version(self.policy, self.version)
         return self.version
 
     def turn(self, sock: zmq.Socket) -> None:
@@ -359,6 +359,7 @@ class TrainerWorker(LearnerRequests, Worker):
         self.state = state
         self.version += 1
         t1 = time.perf_counter()
+        self.metrics.set_version(self.policy, self.version)  # before publishing: param_lag >= 0
         self.store.publish(self.policy, self.version, self.state.params)
         t2 = time.perf_counter()
         metrics = jax.device_get(metrics)
@@ -367,7 +368,6 @@ class TrainerWorker(LearnerRequests, Worker):
                                 "staleness_max": float(staleness.max()),
                                 "learner/update_ms": 1e3 * (t2 - t0),
                                 "learner/publish_ms": 1e3 * (t2 - t1)})
-        self.metrics.set_version(self.policy, self.version)
         self._waiting_since = time.perf_counter()
 
     def save_checkpoint(self) -> None:
