@@ -28,11 +28,13 @@ runs through the cache.
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 
 import mujoco
 import numpy as np
 
+from jaxsrl.envs.hide_and_seek.bvh import world_bvh
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
 from jaxsrl.envs.hide_and_seek.layout import Layout
 from jaxsrl.envs.hide_and_seek.scene import SceneIndex, build_mjcf, compile_scene
@@ -47,11 +49,25 @@ MAX_SCENES = 24
 game's 63 structures (1-3 hiders, 1-3 seekers, 3-9 boxes) then hit about 40% of resets,
 and a miss compiles (about 2.5 ms, some 10 µs per full-game step)."""
 _PARKED_Z = -10.0
-_MAX_WALL_SETS = 4096
-_WORLD_BVH: dict[tuple[HideAndSeekConfig, bytes], tuple[np.ndarray, ...]] = {}
-"""The world body's BVH per (config, wall set), shared by every ``SceneCache`` of the
-process (an actor's envs): the quadrant game has about 180 wall sets, so after a few
-hundred episodes of a group a reset compiles no walls-only model (about 1-2 ms each)."""
+MAX_TEMPLATES = 256
+"""Compiled models kept for the process (``_TEMPLATES``): one per (config, structure,
+wall slots); the full game's 63 structures with 8-10 wall slots fit."""
+
+
+@dataclasses.dataclass
+class _Template:
+    """A compiled scene as ``SceneCache`` starts from it (never laid out itself)."""
+
+    model: mujoco.MjModel
+    index: SceneIndex  # n_walls: the model's wall slots
+    wall_geoms: np.ndarray  # [n_walls] geom ids
+    box_sizes: np.ndarray  # [B, 3] the sizes the model's boxes were compiled with
+
+
+_TEMPLATES: collections.OrderedDict[tuple, _Template] = collections.OrderedDict()
+"""Compiled scenes per (config, structure, wall slots), shared by every ``SceneCache`` of
+the process (an actor's envs), least recently used dropped first past ``MAX_TEMPLATES``:
+a ``SceneCache`` miss for a structure seen before copies one instead of compiling."""
 
 
 def _r6(values) -> np.ndarray:
@@ -66,10 +82,29 @@ class _Scene:
     index: SceneIndex  # n_walls: the model's wall slots
     wall_geoms: np.ndarray  # [n_walls] geom ids
     box_sizes: np.ndarray  # [B, 3] the sizes the model's boxes have now
+    world_geoms: np.ndarray  # [G] geom ids of the world body: the floor, then the wall slots
     wall_contype: int
     wall_conaffinity: int
     wall_rgba: np.ndarray
     eq_data: np.ndarray  # as compiled (grab rewrites the welds' poses)
+
+
+def _template(cfg: HideAndSeekConfig, layout: Layout, n_walls: int) -> _Template:
+    """The process's compiled scene for ``layout``'s structure with ``n_walls`` wall slots,
+    compiled (about 2 ms) from ``layout`` padded with small walls the first time."""
+    key = (cfg, len(layout.hiders), len(layout.seekers), len(layout.boxes), len(layout.ramps), n_walls)
+    hit = _TEMPLATES.get(key)
+    if hit is None:
+        padded = dataclasses.replace(layout, walls=np.concatenate(
+            [layout.walls, np.tile([0.0, 0.0, 0.01, 0.01, 0.02], (n_walls - len(layout.walls), 1))]))
+        model, idx = compile_scene(cfg, padded, arena_bytes=ARENA_BYTES)
+        walls = np.array([mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, f"wall_{k}") for k in range(n_walls)],
+                         np.intp)
+        hit = _TEMPLATES[key] = _Template(model, idx, walls, layout.box_sizes.copy())
+        while len(_TEMPLATES) > MAX_TEMPLATES:
+            _TEMPLATES.popitem(last=False)
+    _TEMPLATES.move_to_end(key)
+    return hit
 
 
 class SceneCache:
@@ -94,37 +129,35 @@ class SceneCache:
         self._scenes: collections.OrderedDict[tuple[int, int, int, int], _Scene] = collections.OrderedDict()
         self._box_templates: dict[bytes, mujoco.MjModel] = {}
 
-    def _walls_bvh(self, walls: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _walls_bvh(self, m: mujoco.MjModel, scene: _Scene, walls: np.ndarray) -> tuple[np.ndarray, ...]:
         """The world body's bounding volume hierarchy (``bvh_aabb``, ``bvh_child``,
-        ``bvh_nodeid``, ``bvh_depth`` rows) as the compiler builds it for the floor and
-        ``walls``, from a model of the floor and walls alone (its geom ids are those of
-        the full scene's floor and first walls); kept per wall set, for the process (``_WORLD_BVH``)."""
-        key = (self._cfg, walls.tobytes())
-        hit = _WORLD_BVH.get(key)
+        ``bvh_nodeid``, ``bvh_depth`` rows) as the compiler builds it for the floor and the
+        walls in use (``m``'s wall geoms already laid out), computed by ``bvh.world_bvh``;
+        from a compiled model of the floor and ``walls`` alone (its geom ids are those of
+        the full scene's floor and first walls) where that refuses."""
+        g = scene.world_geoms
+        hit = world_bvh(g, m.geom_contype[g], m.geom_conaffinity[g], m.geom_pos[g], m.geom_quat[g], m.geom_aabb[g])
         if hit is None:
-            if len(_WORLD_BVH) >= _MAX_WALL_SETS:
-                _WORLD_BVH.clear()
             empty = np.zeros((0, 3))
             only = Layout(walls=walls, hiders=empty, seekers=empty, boxes=empty, box_sizes=empty, ramps=empty)
             t = mujoco.MjModel.from_xml_string(build_mjcf(self._cfg, only))
             n = int(t.body_bvhnum[0])
-            hit = _WORLD_BVH[key] = (t.bvh_aabb[:n].copy(), t.bvh_child[:n].copy(), t.bvh_nodeid[:n].copy(),
-                                          t.bvh_depth[:n].copy())
+            hit = (t.bvh_aabb[:n], t.bvh_child[:n], t.bvh_nodeid[:n], t.bvh_depth[:n])
         return hit
 
     def __len__(self) -> int:
         return len(self._scenes)
 
     def _compile(self, layout: Layout, n_walls: int) -> _Scene:
-        padded = dataclasses.replace(layout, walls=np.concatenate(
-            [layout.walls, np.tile([0.0, 0.0, 0.01, 0.01, 0.02], (n_walls - len(layout.walls), 1))]))
-        model, idx = compile_scene(self._cfg, padded, arena_bytes=ARENA_BYTES)
-        walls = np.array([mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, f"wall_{k}") for k in range(n_walls)],
-                         np.intp)
-        w0 = int(walls[0])
-        scene = _Scene(model, mujoco.MjData(model), idx, walls, layout.box_sizes.copy(),
-                       int(model.geom_contype[w0]), int(model.geom_conaffinity[w0]), model.geom_rgba[w0].copy(), model.eq_data.copy())
-        return scene
+        """A new scene for ``layout``'s structure: a copy of the process's compiled template
+        (``_template``) and a new ``MjData``."""
+        t = _template(self._cfg, layout, n_walls)
+        model = copy.copy(t.model)
+        w0 = int(t.wall_geoms[0])
+        adr = int(model.body_geomadr[0])
+        return _Scene(model, mujoco.MjData(model), t.index, t.wall_geoms, t.box_sizes.copy(),
+                      np.arange(adr, adr + int(model.body_geomnum[0])), int(model.geom_contype[w0]),
+                      int(model.geom_conaffinity[w0]), model.geom_rgba[w0].copy(), model.eq_data.copy())
 
     def _box_template(self, size: np.ndarray) -> mujoco.MjModel:
         key = _r6(size).tobytes()
@@ -173,7 +206,7 @@ class SceneCache:
             m.geom_group[unused] = UNUSED_GROUP
             m.geom_rgba[unused, 3] = 0.0
         # the world body's BVH (midphase collision) over the floor and the used walls
-        aabb, child, nodeid, depth = self._walls_bvh(layout.walls)
+        aabb, child, nodeid, depth = self._walls_bvh(m, scene, layout.walls)
         k, lo = len(aabb), int(m.body_bvhadr[0])
         m.bvh_aabb[lo:lo + k], m.bvh_child[lo:lo + k] = aabb, child
         m.bvh_nodeid[lo:lo + k], m.bvh_depth[lo:lo + k] = nodeid, depth
