@@ -8,11 +8,13 @@ copied from the one-box template (``body_inertia``), the weld poses or the joint
 that grabbed and locked (``eq_data``, ``jnt_limited``).
 """
 
+import collections
+
 import mujoco
 import numpy as np
 import pytest
 
-from jaxsrl.envs.hide_and_seek import generate_layout, make_config
+from jaxsrl.envs.hide_and_seek import generate_layout, make_config, scene_cache
 from jaxsrl.envs.hide_and_seek.scene import DOFS_PER_BODY, compile_scene
 from jaxsrl.envs.hide_and_seek.scene_cache import ARENA_BYTES, SceneCache
 
@@ -36,13 +38,31 @@ def _start(cfg, layout, idx, model, data):
     mujoco.mj_forward(model, data)
 
 
+@pytest.fixture
+def no_templates(monkeypatch):
+    """The process's compiled templates emptied for the test (and restored after it)."""
+    monkeypatch.setattr(scene_cache, "_TEMPLATES", collections.OrderedDict())
+
+
+def _no_compile(*args, **kwargs):
+    raise AssertionError("compiled a scene: the cache should have copied a template")
+
+
+@pytest.mark.parametrize("path", ["compiled", "copied"])
 @pytest.mark.parametrize("variant", ["quadrant", "full"])
-def test_laid_out_scene_equals_the_compiled_one(variant):
+def test_laid_out_scene_equals_the_compiled_one(variant, path, no_templates, monkeypatch):
+    """``copied``: every scene is a copy of a template another cache of the process compiled
+    (one structure kept: the full game's changes of structure copy again)."""
     cfg = make_config(variant)
-    cache = SceneCache(cfg)
     rng = np.random.default_rng(1)
-    for episode in range(14):
-        layout = generate_layout(cfg, rng)
+    layouts = [generate_layout(cfg, rng) for _ in range(14)]
+    cache = SceneCache(cfg)
+    if path == "copied":
+        for layout in layouts:
+            cache.layout(layout)
+        cache = SceneCache(cfg, max_scenes=1)
+        monkeypatch.setattr(scene_cache, "compile_scene", _no_compile)
+    for episode, layout in enumerate(layouts):
         m1, d1, idx1 = cache.layout(layout)
         m0, idx0 = compile_scene(cfg, layout, arena_bytes=ARENA_BYTES)
         d0 = mujoco.MjData(m0)
@@ -77,6 +97,33 @@ def test_laid_out_scene_equals_the_compiled_one(variant):
         m1.jnt_range[:] = 0.3
         d1.eq_active[:] = 1
     assert len(cache) < 14 or variant == "full"  # the quadrant game: one model for every episode
+
+
+def test_copied_scenes_are_independent(no_templates):
+    """Two caches' scenes of one structure (copies of one template): editing every array
+    of one model and its data leaves the other and the template as they were."""
+    cfg = make_config("quadrant")
+    layout = generate_layout(cfg, np.random.default_rng(5))
+    ma, da, _ = SceneCache(cfg).layout(layout)
+    mb, db, _ = SceneCache(cfg).layout(layout)
+    (template,) = next(iter(scene_cache._TEMPLATES.values()))
+    assert len({id(ma), id(mb), id(template.model)}) == 3 and da is not db
+    models = {"other": mb, "template": template.model}
+    before = {(k, n): np.copy(getattr(m, n)) for k, m in models.items() for n in dir(m)
+              if isinstance(getattr(m, n), np.ndarray)}
+    data_before = {n: np.copy(getattr(db, n)) for n in ("qpos", "qvel", "ctrl", "eq_active")}
+    edited = 0
+    for name in dir(ma):
+        a = getattr(ma, name)
+        if isinstance(a, np.ndarray) and a.size and a.dtype.kind == "f":
+            a += 1.0
+            edited += 1
+    assert edited > 50
+    da.qpos[:], da.qvel[:], da.ctrl[:], da.eq_active[:] = 1.0, 1.0, 0.5, 1
+    for (k, name), value in before.items():
+        np.testing.assert_array_equal(getattr(models[k], name), value, err_msg=f"{k}: {name}")
+    for name, value in data_before.items():
+        np.testing.assert_array_equal(getattr(db, name), value, err_msg=f"data: {name}")
 
 
 def idx1_slots(model):

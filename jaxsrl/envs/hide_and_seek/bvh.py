@@ -44,26 +44,33 @@ _DBL_MAX = 1.7976931348623157e308  # std::numeric_limits<double>::max()
 def _order_keys(pos):
     """``[n, 3]`` int64 rank of each element along each axis in the compiler's comparator
     order, or an empty array when that order is not total (a chain of positions closer
-    than ``MJ_EPS`` spans more than ``MJ_EPS``)."""
+    than ``MJ_EPS`` spans more than ``MJ_EPS``). Plain loops: n is a few dozen."""
     n = pos.shape[0]
     rank = np.empty((n, 3), np.int64)
+    order = np.empty(n, np.int64)
+    cluster = np.empty(n, np.int64)
     for axis in range(3):
-        vals = pos[:, axis].copy()
-        order = np.argsort(vals, kind="mergesort")
-        cluster = np.empty(n, np.int64)
-        c, start = 0, vals[order[0]]
-        for k in range(n):
-            v = vals[order[k]]
-            if k > 0 and v - vals[order[k - 1]] > MJ_EPS:
+        for k in range(n):  # insertion sort of the positions
+            j = k
+            while j > 0 and pos[order[j - 1], axis] > pos[k, axis]:
+                order[j] = order[j - 1]
+                j -= 1
+            order[j] = k
+        c, start = 0, pos[order[0], axis]
+        for k in range(n):  # runs of gaps <= MJ_EPS, each spanning at most MJ_EPS
+            v = pos[order[k], axis]
+            if k > 0 and v - pos[order[k - 1], axis] > MJ_EPS:
                 c += 1
                 start = v
             elif v - start > MJ_EPS:
                 return np.empty((0, 3), np.int64)
             cluster[order[k]] = c
-        key = cluster * n + np.arange(n)
-        pos_in_order = np.argsort(key)
-        for k in range(n):
-            rank[pos_in_order[k], axis] = k
+        for i in range(n):  # rank in the order (run, index)
+            r = 0
+            for j in range(n):
+                if cluster[j] < cluster[i] or (cluster[j] == cluster[i] and j < i):
+                    r += 1
+            rank[i, axis] = r
     return rank
 
 
@@ -130,13 +137,12 @@ def _build(ids, pos, aabb, rank, out_aabb, out_child, out_nodeid, out_depth):
         if e2 >= (e1 if axis == 1 else e0) + MJ_EPS:
             axis = 2
         # the n // 2 first in the comparator's order go left
-        sub = perm[s:e].copy()
-        keys = np.empty(e - s, np.int64)
-        for k in range(e - s):
-            keys[k] = rank[sub[k], axis]
-        order = np.argsort(keys)
-        for k in range(e - s):
-            perm[s + k] = sub[order[k]]
+        for k in range(s + 1, e):  # insertion sort by rank
+            j, x = k, perm[k]
+            while j > s and rank[perm[j - 1], axis] > rank[x, axis]:
+                perm[j] = perm[j - 1]
+                j -= 1
+            perm[j] = x
         m = (e - s) // 2
         # right pushed first: the left subtree is numbered first
         stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3], stack[top, 4] = s + m, e, lev + 1, index, 1

@@ -49,9 +49,8 @@ MAX_SCENES = 24
 game's 63 structures (1-3 hiders, 1-3 seekers, 3-9 boxes) then hit about 40% of resets,
 and a miss compiles (about 2.5 ms, some 10 µs per full-game step)."""
 _PARKED_Z = -10.0
-MAX_TEMPLATES = 256
-"""Compiled models kept for the process (``_TEMPLATES``): one per (config, structure,
-wall slots); the full game's 63 structures with 8-10 wall slots fit."""
+MAX_TEMPLATES = 128
+"""Structures whose compiled models the process keeps (``_TEMPLATES``): the full game has 63."""
 
 
 @dataclasses.dataclass
@@ -64,10 +63,11 @@ class _Template:
     box_sizes: np.ndarray  # [B, 3] the sizes the model's boxes were compiled with
 
 
-_TEMPLATES: collections.OrderedDict[tuple, _Template] = collections.OrderedDict()
-"""Compiled scenes per (config, structure, wall slots), shared by every ``SceneCache`` of
-the process (an actor's envs), least recently used dropped first past ``MAX_TEMPLATES``:
-a ``SceneCache`` miss for a structure seen before copies one instead of compiling."""
+_TEMPLATES: collections.OrderedDict[tuple, list[_Template]] = collections.OrderedDict()
+"""Compiled scenes per (config, structure), one per number of wall slots compiled, shared
+by every ``SceneCache`` of the process (an actor's envs), least recently used structure
+dropped first past ``MAX_TEMPLATES``: a ``SceneCache`` miss for a structure seen before
+copies one instead of compiling."""
 
 
 def _r6(values) -> np.ndarray:
@@ -90,21 +90,24 @@ class _Scene:
 
 
 def _template(cfg: HideAndSeekConfig, layout: Layout, n_walls: int) -> _Template:
-    """The process's compiled scene for ``layout``'s structure with ``n_walls`` wall slots,
-    compiled (about 2 ms) from ``layout`` padded with small walls the first time."""
-    key = (cfg, len(layout.hiders), len(layout.seekers), len(layout.boxes), len(layout.ramps), n_walls)
-    hit = _TEMPLATES.get(key)
-    if hit is None:
-        padded = dataclasses.replace(layout, walls=np.concatenate(
-            [layout.walls, np.tile([0.0, 0.0, 0.01, 0.01, 0.02], (n_walls - len(layout.walls), 1))]))
-        model, idx = compile_scene(cfg, padded, arena_bytes=ARENA_BYTES)
-        walls = np.array([mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, f"wall_{k}") for k in range(n_walls)],
-                         np.intp)
-        hit = _TEMPLATES[key] = _Template(model, idx, walls, layout.box_sizes.copy())
-        while len(_TEMPLATES) > MAX_TEMPLATES:
-            _TEMPLATES.popitem(last=False)
+    """The process's compiled scene for ``layout``'s structure with the fewest wall slots
+    >= ``n_walls``; compiled (about 2 ms) from ``layout`` padded to ``n_walls`` small walls
+    when there is none."""
+    key = (cfg, len(layout.hiders), len(layout.seekers), len(layout.boxes), len(layout.ramps))
+    kept = _TEMPLATES.setdefault(key, [])
     _TEMPLATES.move_to_end(key)
-    return hit
+    fits = [t for t in kept if t.index.n_walls >= n_walls]
+    if fits:
+        return min(fits, key=lambda t: t.index.n_walls)
+    padded = dataclasses.replace(layout, walls=np.concatenate(
+        [layout.walls, np.tile([0.0, 0.0, 0.01, 0.01, 0.02], (n_walls - len(layout.walls), 1))]))
+    model, idx = compile_scene(cfg, padded, arena_bytes=ARENA_BYTES)
+    walls = np.array([mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, f"wall_{k}") for k in range(n_walls)],
+                     np.intp)
+    kept.append(_Template(model, idx, walls, layout.box_sizes.copy()))
+    while len(_TEMPLATES) > MAX_TEMPLATES:
+        _TEMPLATES.popitem(last=False)
+    return kept[-1]
 
 
 class SceneCache:
