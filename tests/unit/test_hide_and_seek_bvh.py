@@ -21,7 +21,7 @@ from jaxsrl.envs.hide_and_seek.scene import build_mjcf
 def _check(model, where):
     """``world_bvh`` of ``model``'s world body equals the compiled rows, dtype and bits."""
     g = np.arange(model.body_geomadr[0], model.body_geomadr[0] + model.body_geomnum[0])
-    got = world_bvh(g, model.geom_contype[g], model.geom_conaffinity[g], model.geom_pos[g], model.geom_quat[g],
+    got = world_bvh(g[0], model.geom_contype[g], model.geom_conaffinity[g], model.geom_pos[g], model.geom_quat[g],
                     model.geom_aabb[g])
     assert got is not None, where
     lo, n = model.body_bvhadr[0], model.body_bvhnum[0]
@@ -63,15 +63,15 @@ def test_world_bvh_edge_cases_are_the_compiled_ones():
 
 
 def test_world_bvh_refuses_what_it_does_not_handle():
-    ids, on = np.arange(3), np.ones(3, np.int32)
+    on = np.ones(3, np.int32)
     aabb = np.tile([0.0, 0, 0, 1, 1, 1], (3, 1))
     quat = np.tile([1.0, 0, 0, 0], (3, 1))
     pos = np.array([[0.0, 0, 0], [5, 0, 0], [9, 0, 0]])
-    assert world_bvh(ids, on, on, pos, quat, aabb) is not None
+    assert world_bvh(0, on, on, pos, quat, aabb) is not None
     turned = quat.copy()
     turned[1] = (np.cos(0.1), 0, 0, np.sin(0.1))
-    assert world_bvh(ids, on, on, pos, turned, aabb) is None  # a rotated geom
+    assert world_bvh(0, on, on, pos, turned, aabb) is None  # a rotated geom
     chain = pos.copy()
     chain[:, 0] = (0.0, 0.6 * MJ_EPS, 1.2 * MJ_EPS)  # "equal" pairwise, not transitively
-    assert world_bvh(ids, on, on, chain, quat, aabb) is None
-    assert world_bvh(ids, 0 * on, 0 * on, pos, quat, aabb) is None  # nothing in contact
+    assert world_bvh(0, on, on, chain, quat, aabb) is None
+    assert world_bvh(0, 0 * on, 0 * on, pos, quat, aabb) is None  # nothing in contact

@@ -41,25 +41,26 @@ _DBL_MAX = 1.7976931348623157e308  # std::numeric_limits<double>::max()
 
 
 @jit
-def _order_keys(pos):
-    """``[n, 3]`` int64 rank of each element along each axis in the compiler's comparator
-    order, or an empty array when that order is not total (a chain of positions closer
-    than ``MJ_EPS`` spans more than ``MJ_EPS``). Plain loops: n is a few dozen."""
-    n = pos.shape[0]
+def _order_keys(pos, rows):
+    """``[n, 3]`` int64 rank of each element (``pos[rows[i]]``, index ``i``) along each axis
+    in the compiler's comparator order, or an empty array when that order is not total (a
+    chain of positions closer than ``MJ_EPS`` spans more than ``MJ_EPS``). Plain loops: n
+    is a few dozen."""
+    n = rows.shape[0]
     rank = np.empty((n, 3), np.int64)
     order = np.empty(n, np.int64)
     cluster = np.empty(n, np.int64)
     for axis in range(3):
         for k in range(n):  # insertion sort of the positions
             j = k
-            while j > 0 and pos[order[j - 1], axis] > pos[k, axis]:
+            while j > 0 and pos[rows[order[j - 1]], axis] > pos[rows[k], axis]:
                 order[j] = order[j - 1]
                 j -= 1
             order[j] = k
-        c, start = 0, pos[order[0], axis]
+        c, start = 0, pos[rows[order[0]], axis]
         for k in range(n):  # runs of gaps <= MJ_EPS, each spanning at most MJ_EPS
-            v = pos[order[k], axis]
-            if k > 0 and v - pos[order[k - 1], axis] > MJ_EPS:
+            v = pos[rows[order[k]], axis]
+            if k > 0 and v - pos[rows[order[k - 1]], axis] > MJ_EPS:
                 c += 1
                 start = v
             elif v - start > MJ_EPS:
@@ -75,9 +76,10 @@ def _order_keys(pos):
 
 
 @jit
-def _build(ids, pos, aabb, rank, out_aabb, out_child, out_nodeid, out_depth):
-    """Fill the ``2n - 1`` node rows (pre-order, left first) for ``n`` elements."""
-    n = ids.shape[0]
+def _build(first, rows, pos, aabb, rank, out_aabb, out_child, out_nodeid, out_depth):
+    """Fill the ``2n - 1`` node rows (pre-order, left first) for the ``n`` elements
+    ``rows`` (geom ids ``first + rows``)."""
+    n = rows.shape[0]
     perm = np.arange(n)
     # stack of (start, end, level, parent, side)
     stack = np.empty((2 * n, 5), np.int64)
@@ -94,7 +96,7 @@ def _build(ids, pos, aabb, rank, out_aabb, out_child, out_nodeid, out_depth):
             amm[i] = _DBL_MAX
             amm[i + 3] = -_DBL_MAX
         for k in range(s, e):
-            j = perm[k]
+            j = rows[perm[k]]
             lo0, lo1, lo2 = aabb[j, 0] - aabb[j, 3], aabb[j, 1] - aabb[j, 4], aabb[j, 2] - aabb[j, 5]
             hi0, hi1, hi2 = aabb[j, 0] + aabb[j, 3], aabb[j, 1] + aabb[j, 4], aabb[j, 2] + aabb[j, 5]
             for v in range(8):
@@ -128,7 +130,7 @@ def _build(ids, pos, aabb, rank, out_aabb, out_child, out_nodeid, out_depth):
             out_aabb[index, i] = (amm[i + 3] + amm[i]) / 2
             out_aabb[index, i + 3] = (amm[i + 3] - amm[i]) / 2
         if e - s == 1:
-            out_nodeid[index] = ids[perm[s]]
+            out_nodeid[index] = first + rows[perm[s]]
             continue
         e0, e1, e2 = amm[3] - amm[0], amm[4] - amm[1], amm[5] - amm[2]
         axis = 0
@@ -152,12 +154,36 @@ def _build(ids, pos, aabb, rank, out_aabb, out_child, out_nodeid, out_depth):
     return nbvh
 
 
-def world_bvh(ids: np.ndarray, contype: np.ndarray, conaffinity: np.ndarray, pos: np.ndarray, quat: np.ndarray,
+@jit
+def _world_bvh(first, contype, conaffinity, pos, quat, aabb):
+    g = contype.shape[0]
+    rows = np.empty(g, np.int64)
+    n = 0
+    ok = True
+    for j in range(g):
+        if contype[j] != 0 or conaffinity[j] != 0:
+            rows[n] = j
+            n += 1
+            ok = ok and quat[j, 0] == 1.0 and quat[j, 1] == 0.0 and quat[j, 2] == 0.0 and quat[j, 3] == 0.0
+    k = max(2 * n - 1, 0)
+    out_aabb, out_child = np.empty((k, 6)), np.empty((k, 2), np.int32)
+    out_nodeid, out_depth = np.empty(k, np.int32), np.empty(k, np.int32)
+    if n == 0 or not ok:
+        return False, out_aabb, out_child, out_nodeid, out_depth
+    rank = _order_keys(pos, rows[:n])
+    if rank.shape[0] == 0:
+        return False, out_aabb, out_child, out_nodeid, out_depth
+    _build(first, rows[:n], pos, aabb, rank, out_aabb, out_child, out_nodeid, out_depth)
+    return True, out_aabb, out_child, out_nodeid, out_depth
+
+
+def world_bvh(first: int, contype: np.ndarray, conaffinity: np.ndarray, pos: np.ndarray, quat: np.ndarray,
               aabb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """The BVH MuJoCo's compiler builds for the world body's geoms.
+    """The BVH MuJoCo's compiler builds for the world body's geoms (about 3 µs for ten).
 
     Args:
-      ids: ``[G]`` int geom ids, in the body's geom order (the compiler's tie-break).
+      first: the geom id of the body's first geom (``body_geomadr``); its ``G`` geoms have
+        ids ``first .. first + G - 1``, in the body's order (the compiler's tie-break).
       contype, conaffinity: ``[G]`` int; geoms with both 0 are left out.
       pos: ``[G, 3]`` float64 ``geom_pos``; quat: ``[G, 4]`` float64 ``geom_quat``;
       aabb: ``[G, 6]`` float64 ``geom_aabb`` (centre, half size, in the geom's frame).
@@ -169,17 +195,5 @@ def world_bvh(ids: np.ndarray, contype: np.ndarray, conaffinity: np.ndarray, pos
       (a rotated geom, no geom in contact, or an order that is not total: module
       docstring): compile instead.
     """
-    keep = (np.asarray(contype) != 0) | (np.asarray(conaffinity) != 0)
-    quat = np.asarray(quat, np.float64)[keep]
-    if not keep.any() or np.any(quat != (1.0, 0.0, 0.0, 0.0)):
-        return None
-    ids = np.ascontiguousarray(np.asarray(ids, np.int64)[keep])
-    pos = np.ascontiguousarray(np.asarray(pos, np.float64)[keep])
-    aabb = np.ascontiguousarray(np.asarray(aabb, np.float64)[keep])
-    rank = _order_keys(pos)
-    if rank.shape[0] == 0:
-        return None
-    k = 2 * len(ids) - 1
-    out = (np.empty((k, 6)), np.empty((k, 2), np.int32), np.empty(k, np.int32), np.empty(k, np.int32))
-    assert _build(ids, pos, aabb, rank, *out) == k
-    return out
+    ok, *out = _world_bvh(int(first), contype, conaffinity, pos, quat, aabb)
+    return tuple(out) if ok else None

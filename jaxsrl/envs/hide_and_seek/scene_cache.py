@@ -82,7 +82,7 @@ class _Scene:
     index: SceneIndex  # n_walls: the model's wall slots
     wall_geoms: np.ndarray  # [n_walls] geom ids
     box_sizes: np.ndarray  # [B, 3] the sizes the model's boxes have now
-    world_geoms: np.ndarray  # [G] geom ids of the world body: the floor, then the wall slots
+    world_geoms: tuple[int, int]  # geom ids [a, b) of the world body: the floor, then the wall slots
     wall_contype: int
     wall_conaffinity: int
     wall_rgba: np.ndarray
@@ -138,8 +138,9 @@ class SceneCache:
         walls in use (``m``'s wall geoms already laid out), computed by ``bvh.world_bvh``;
         from a compiled model of the floor and ``walls`` alone (its geom ids are those of
         the full scene's floor and first walls) where that refuses."""
-        g = scene.world_geoms
-        hit = world_bvh(g, m.geom_contype[g], m.geom_conaffinity[g], m.geom_pos[g], m.geom_quat[g], m.geom_aabb[g])
+        a, b = scene.world_geoms
+        hit = world_bvh(a, m.geom_contype[a:b], m.geom_conaffinity[a:b], m.geom_pos[a:b], m.geom_quat[a:b],
+                        m.geom_aabb[a:b])
         if hit is None:
             empty = np.zeros((0, 3))
             only = Layout(walls=walls, hiders=empty, seekers=empty, boxes=empty, box_sizes=empty, ramps=empty)
@@ -159,7 +160,7 @@ class SceneCache:
         w0 = int(t.wall_geoms[0])
         adr = int(model.body_geomadr[0])
         return _Scene(model, mujoco.MjData(model), t.index, t.wall_geoms, t.box_sizes.copy(),
-                      np.arange(adr, adr + int(model.body_geomnum[0])), int(model.geom_contype[w0]),
+                      (adr, adr + int(model.body_geomnum[0])), int(model.geom_contype[w0]),
                       int(model.geom_conaffinity[w0]), model.geom_rgba[w0].copy(), model.eq_data.copy())
 
     def _box_template(self, size: np.ndarray) -> mujoco.MjModel:
