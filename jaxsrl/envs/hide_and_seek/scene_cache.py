@@ -1,16 +1,21 @@
 """Compiled scenes kept across episodes: a layout is laid out on a model built once.
 
-Compiling an episode's MJCF and allocating its ``MjData`` cost about 5 ms per reset (60 µs
-per quadrant step). ``SceneCache`` compiles one model per *structure* (the numbers of
-hiders, seekers, boxes and ramps: one for the quadrant game, up to 3 x 3 x 7 for the
-full game, each built the first time an episode needs it, at most ``MAX_SCENES`` kept) and lays every later episode
-with that structure out on it:
+Compiling an episode's MJCF and allocating its ``MjData`` cost about 2.5 ms per reset.
+``SceneCache`` holds one model per *structure* (the numbers of hiders, seekers, boxes and
+ramps: one for the quadrant game, up to 3 x 3 x 7 for the full game, at most
+``MAX_SCENES`` kept) and lays every later episode with that structure out on it. A
+structure it does not hold gets a copy (``copy.copy``, about 0.3 ms) of the process's
+compiled template of it (``_TEMPLATES``, shared by an actor's envs: each structure is
+compiled once per process) and a new ``MjData``; no reset compiles a model otherwise.
 
-- walls are static geoms of the world body; the model holds ``n_walls`` of them (grown
-  and recompiled when a layout has more). Those the layout uses get its positions and
-  sizes, rounded to the 6 significant digits the MJCF text carries (``scene._f``); the
-  rest are switched off: no contacts (``contype = conaffinity = 0``), invisible to rays
-  (group ``UNUSED_GROUP`` and alpha 0), parked below the floor.
+- walls are static geoms of the world body; the model holds ``n_walls`` of them (a
+  template with more slots is taken, or compiled, when a layout has more). Those the
+  layout uses get its positions and sizes, rounded to the 6 significant digits the MJCF
+  text carries (``scene._f``); the rest are switched off: no contacts (``contype =
+  conaffinity = 0``), invisible to rays (group ``UNUSED_GROUP`` and alpha 0), parked
+  below the floor. The world body's bounding volume hierarchy (the midphase's boxes) is
+  rebuilt for the floor and the walls in use by ``bvh.world_bvh``, the compiler's
+  algorithm (a few µs; a walls-only model is compiled only where it refuses).
 - a box of a size the model was not built with takes the compiled values (size, bounding
   sphere and box, mass, inertia and its frame) from a one-box model of that size, compiled
   once per size; ``mj_setConst`` then recomputes what the compiler derives from them.
@@ -19,10 +24,11 @@ with that structure out on it:
 - grab and lock edit the model (weld poses, joint limits); ``layout`` switches every weld
   off and every limit off again.
 
-``tests/unit/test_hide_and_seek_scene_cache.py`` checks that a laid-out model equals the
-one compiled from the layout's own MJCF, field by field, bit for bit, and that both step
-to the same bits; the reference trace (``tests/unit/test_hide_and_seek_reference.py``)
-runs through the cache.
+``tests/unit/test_hide_and_seek_scene_cache.py`` checks that a laid-out model, compiled
+or copied from a template, equals the one compiled from the layout's own MJCF, field by
+field, bit for bit, that both step to the same bits, and that copies share no memory;
+``tests/unit/test_hide_and_seek_bvh.py`` checks ``world_bvh`` against compiled trees; the
+reference trace (``tests/unit/test_hide_and_seek_reference.py``) runs through the cache.
 """
 
 from __future__ import annotations
@@ -47,10 +53,13 @@ about 0.2 MiB (contacts and constraint rows), MuJoCo's default is about 15 MiB."
 MAX_SCENES = 24
 """Structures a ``SceneCache`` keeps by default: about 22 MB per env at most; the full
 game's 63 structures (1-3 hiders, 1-3 seekers, 3-9 boxes) then hit about 40% of resets,
-and a miss compiles (about 2.5 ms, some 10 µs per full-game step)."""
+and a miss copies the process's template (about 0.8 ms with the new ``MjData``; the
+first miss of a structure in the process compiles it, about 2.2 ms more)."""
 _PARKED_Z = -10.0
 MAX_TEMPLATES = 128
-"""Structures whose compiled models the process keeps (``_TEMPLATES``): the full game has 63."""
+"""Structures whose compiled models the process keeps (``_TEMPLATES``): the full game has
+63, each with one to three wall-slot counts (8-10); a model is about 63 KB
+(``mj_sizeModel``), so about 8 MB for the full game."""
 
 
 @dataclasses.dataclass
