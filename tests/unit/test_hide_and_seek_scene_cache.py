@@ -5,7 +5,8 @@ Mutations caught (each tried alone): the world body's BVH left as compiled for t
 layout (physics differs: stale wall bounding boxes in the midphase), the mean inertia not
 recomputed after a box size change (full game; ``stat.meaninertia``), the box inertia not
 copied from the one-box template (``body_inertia``), the weld poses or the joint limits not restored after an episode
-that grabbed and locked (``eq_data``, ``jnt_limited``).
+that grabbed and locked (``eq_data``, ``jnt_limited``), the template handed out without a copy (the full game's
+``copied`` run and the independence test).
 """
 
 import collections
@@ -147,3 +148,21 @@ def test_cache_keeps_at_most_max_scenes_structures():
     assert len(cache) == 2
     with pytest.raises(ValueError, match="max_scenes"):
         SceneCache(cfg, max_scenes=0)
+
+
+def test_walls_only_compile_where_world_bvh_refuses(monkeypatch, no_templates):
+    """The fallback (a walls-only model compiled) lays out the same world body BVH rows."""
+    cfg = make_config("full")
+    rng = np.random.default_rng(2)
+    layouts = [generate_layout(cfg, rng) for _ in range(4)]
+
+    def world_rows(cache, layout):
+        m, _, _ = cache.layout(layout)
+        lo, n = m.body_bvhadr[0], m.body_bvhnum[0]
+        return [np.copy(getattr(m, f"bvh_{k}")[lo:lo + n]) for k in ("aabb", "child", "nodeid", "depth")]
+
+    built = [world_rows(SceneCache(cfg), layout) for layout in layouts]
+    monkeypatch.setattr(scene_cache, "world_bvh", lambda *args: None)
+    for layout, rows in zip(layouts, built):
+        for a, b in zip(world_rows(SceneCache(cfg), layout), rows):
+            assert a.tobytes() == b.tobytes()
