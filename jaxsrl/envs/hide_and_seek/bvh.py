@@ -3,7 +3,7 @@
 MuJoCo's midphase collision walks a per-body tree of axis-aligned boxes (``bvh_aabb``,
 ``bvh_child``, ``bvh_nodeid``, ``bvh_depth``; ``body_bvhadr``/``body_bvhnum``) that the
 compiler builds once (``mjCBody::ComputeBVH`` and ``mjCBoundingVolumeHierarchy::MakeBVH``,
-``src/user/user_objects.cc``, MuJoCo 3.x-4.0). ``SceneCache`` moves the walls of the world
+``src/user/user_objects.cc``; checked against MuJoCo 4.0.0). ``SceneCache`` moves the walls of the world
 body at every reset, so it needs this tree for the floor and the walls a layout uses:
 ``world_bvh`` rebuilds it with the same arithmetic (no model compiled).
 
@@ -22,10 +22,10 @@ set (the others are left out), numbered pre-order, left child first:
   total, so the two sets (and the whole tree) are the same whatever order
   ``nth_element`` leaves them in.
 
-Handled here: every geom's frame unrotated (``geom_quat`` = 1 0 0 0) in a body whose
-inertial frame is the world's (``body_ipos`` = 0, ``body_iquat`` = 1 0 0 0), as the
-world body of the hide-and-seek scene has them; anything else is refused (``None``) and
-the caller compiles. ``tests/unit/test_hide_and_seek_bvh.py`` checks the result bit for
+Handled here: the world body (its frame is the world's: the compiler's ``ipos`` = 0 and
+``iquat`` = 1 0 0 0 make its rotations copies) with every geom unrotated (``geom_quat`` =
+1 0 0 0), as the hide-and-seek scene has them; a rotated geom, or an order that is not
+total, is refused (``None``) and the caller compiles. ``tests/unit/test_hide_and_seek_bvh.py`` checks the result bit for
 bit against compiled models.
 """
 
@@ -83,7 +83,6 @@ def _build(first, rows, pos, aabb, rank, out_aabb, out_child, out_nodeid, out_de
     perm = np.arange(n)
     # stack of (start, end, level, parent, side)
     stack = np.empty((2 * n, 5), np.int64)
-    top = 0
     stack[0, 0], stack[0, 1], stack[0, 2], stack[0, 3], stack[0, 4] = 0, n, 0, -1, 0
     top = 1
     nbvh = 0
