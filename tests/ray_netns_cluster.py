@@ -41,9 +41,13 @@ PLACEMENT = ["--launcher=ray", "--learner_resources=learner_node=1",
 def ray_env() -> dict:
     """Environment of drivers and ``ray start``: no token authentication on this
     throwaway cluster; Ray's workers at normal priority (nice 15 starves them on a busy
-    machine)."""
+    machine); the head's health check of each node every second instead of every 3 s, so
+    a killed node is declared dead (5 failed checks in a row, as by default) in about 5 s
+    instead of about 15 s. A check fails only when it errs or times out (10 s, as by
+    default): a slow but live node still answers."""
     return {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_worker_niceness": "0", "JAXSRL_PROGRESS": "0"}
+            "RAY_worker_niceness": "0", "RAY_health_check_period_ms": "1000",
+            "JAXSRL_PROGRESS": "0"}
 
 
 def wait_for(check, timeout_s: float, what: str, proc: subprocess.Popen | None = None,

@@ -11,14 +11,16 @@ from jaxsrl.tools import sweep
 from test_faults_helpers import wait_for
 
 TINY = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=4", "--segment_length=8",
-        "--batch_segments=4", "--total_env_steps=1200", "--log_interval_s=0.5",
-        "--compilation_cache_dir="]
+        "--batch_segments=4", "--total_env_steps=1200", "--log_interval_s=0.5"]
 
 
 def test_two_trials_train_in_their_own_run_folders_and_are_summarised(tmp_path):
     root = str(tmp_path / "sweep")
-    summary = sweep.run_sweep(TINY, ["seed=grid(3, 4)"], root, num_samples=1, max_concurrent=1,
-                              cpus_per_trial=1.0)
+    # One XLA cache for both trials, new to this test: the second trial (the same
+    # programs, another seed) loads what the first compiled.
+    cache = f"--compilation_cache_dir={tmp_path / 'xla'}"
+    summary = sweep.run_sweep([*TINY, cache], ["seed=grid(3, 4)"], root, num_samples=1,
+                              max_concurrent=1, cpus_per_trial=1.0)
     trials = summary["trials"]
     assert sorted(t["config"]["seed"] for t in trials) == [3, 4]
     for t in trials:

@@ -26,6 +26,7 @@ from jaxsrl.core.agent import EnvSpec, Trajectory
 from jaxsrl.envs import make_actor_env, make_env
 from jaxsrl.envs.jax_native import is_jax_native, registry
 from jaxsrl.streams.segment import segment_schema, to_trajectory
+from fake_devices import fake_devices_env
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_ROOT = os.path.dirname(TESTS)
@@ -266,10 +267,8 @@ print("TWO_DEVICES_MATCH_OK")
 def test_fused_step_sharded_over_two_devices_matches_one_device():
     """Environments split over 2 (fake CPU) devices, learner state replicated: the same
     result as on one device. The device count is fixed when JAX starts: a subprocess."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([REPO_ROOT, TESTS]))
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
-    proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=fake_devices_env(2, TESTS),
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert "TWO_DEVICES_MATCH_OK" in proc.stdout, proc.stdout + proc.stderr[-3000:]
 
 

@@ -19,6 +19,7 @@ from jaxsrl.core.agent import EnvSpec, ReplaySpec
 from jaxsrl.workers.buffer.replay import Replay, beta_schedule
 from jaxsrl.workers.device import offpolicy
 from jaxsrl.workers.learner.replay_setup import planned_updates
+from fake_devices import fake_devices_env
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N, T = 4, 8  # 32 items per step
@@ -205,10 +206,8 @@ def test_sharded_over_two_devices_matches_one_device():
     replicated, batches split: the same result as on one device (a subprocess: the
     device count is fixed when JAX starts)."""
     pytest.importorskip("gymnax")
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO_ROOT)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
-    proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=fake_devices_env(2),
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert "TWO_DEVICES_MATCH_OK" in proc.stdout, proc.stdout + proc.stderr[-3000:]
 
 

@@ -1,7 +1,6 @@
 """Observation encoders: Nature CNN on uint8 images, Dict of image + vector, network choice,
 and PPO learning with them on 2 fake devices (matches 1 device)."""
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 from jax import lax
 
 from agents import encoders, networks
+from fake_devices import fake_devices_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 IMAGE = gymnasium.spaces.Box(0, 255, (84, 84, 4), np.uint8)
@@ -160,13 +160,7 @@ for name, obs_space in [("cnn", IMG), ("dict", gymnasium.spaces.Dict(pixels=IMG,
 
 
 def test_cnn_and_dict_ppo_on_two_fake_devices_match_one_device():
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                        " --xla_force_host_platform_device_count=2").strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.run([sys.executable, "-c", SNIPPET], env=env, cwd=REPO,
+    proc = subprocess.run([sys.executable, "-c", SNIPPET], env=fake_devices_env(2), cwd=REPO,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cnn SHARDED_MATCH_OK" in proc.stdout and "dict SHARDED_MATCH_OK" in proc.stdout

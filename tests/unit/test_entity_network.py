@@ -1,7 +1,6 @@
 """Entity-attention recurrent network and recurrent PPO (hide-and-seek policy)."""
 
 import dataclasses
-import os
 import pathlib
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 from agents import networks, ppo
 from agents.entity_network import RecurrentEntityActorCritic
 from agents.ppo_recurrent import unroll_network
+from fake_devices import fake_devices_env
 from jaxsrl.core.agent import EnvSpec
 from jaxsrl.envs import env_spaces
 
@@ -152,11 +152,8 @@ print("RECURRENT_SHARDED_MATCH_OK")
 
 
 def test_recurrent_learn_on_two_fake_devices_matches_one():
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip(),
-               PYTHONPATH=os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
-    proc = subprocess.run([sys.executable, "-c", SNIPPET], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", SNIPPET], env=fake_devices_env(2), cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "RECURRENT_SHARDED_MATCH_OK" in proc.stdout
 

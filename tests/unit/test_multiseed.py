@@ -44,8 +44,11 @@ def test_seed_and_logdir_flags_and_existing_folders_are_refused(tmp_path):
 
 
 def test_two_tiny_seeds_train_evaluate_and_summarise(tmp_path):
+    # One XLA cache for both seeds, new to this test: the second seed loads the programs
+    # the first compiled (the same config) instead of compiling them again.
     args = ["--env=CartPole-v1", "--num_actors=1", "--envs_per_actor=4", "--segment_length=16",
-            "--batch_segments=4", "--total_env_steps=1500", "--compilation_cache_dir="]
+            "--batch_segments=4", "--total_env_steps=1500",
+            f"--compilation_cache_dir={tmp_path / 'xla'}"]
     summary = multiseed.run_seeds(args, [0, 1], str(tmp_path), threshold=1.0, eval_episodes=1)
     with open(tmp_path / "summary.json") as f:
         assert json.load(f)["seeds"] == 2

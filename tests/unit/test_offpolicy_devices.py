@@ -3,13 +3,14 @@ on the first device) is split across both, and SAC's update and priorities match
 single-device ones.
 
 The device count is fixed when JAX starts, so the check runs in a subprocess with
-``XLA_FLAGS=--xla_force_host_platform_device_count=2``.
+two fake devices (``fake_devices.fake_devices_env``).
 """
 
-import os
 import pathlib
 import subprocess
 import sys
+
+from fake_devices import fake_devices_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -56,8 +57,6 @@ print("OK")
 
 
 def test_replay_learn_over_two_devices_matches_one():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-               JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, "-c", SNIPPET], env=env, cwd=REPO,
+    out = subprocess.run([sys.executable, "-c", SNIPPET], env=fake_devices_env(2), cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]

@@ -1,13 +1,14 @@
 """PPO learn sharded over 2 fake CPU devices matches the single-device result.
 
 The device count is fixed when JAX starts, so the check runs in a subprocess with
-``XLA_FLAGS=--xla_force_host_platform_device_count=2``.
+two fake devices (``fake_devices.fake_devices_env``).
 """
 
-import os
 import pathlib
 import subprocess
 import sys
+
+from fake_devices import fake_devices_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -62,13 +63,7 @@ print("SHARDED_MATCH_OK")
 
 
 def test_two_fake_devices_match_one_device():
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                        " --xla_force_host_platform_device_count=2").strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.run([sys.executable, "-c", SNIPPET], env=env, cwd=REPO,
+    proc = subprocess.run([sys.executable, "-c", SNIPPET], env=fake_devices_env(2), cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SHARDED_MATCH_OK" in proc.stdout, proc.stdout + proc.stderr

@@ -206,10 +206,17 @@ def test_resume_with_a_corrupt_newest_checkpoint_and_frequent_saves(tmp_path):
                               "--checkpoint_interval_s=0.2"]))
     steps = sorted(int(n) for n in os.listdir(ckdir) if n.isdigit())
     assert len(steps) >= 2, steps
+    with open(os.path.join(ckdir, str(steps[-1]), "meta", "metadata")) as f:
+        newest = json.load(f)
     shutil.rmtree(os.path.join(ckdir, str(steps[-1]), "state"))
-    record = train(load_config(TINY + [f"--logdir={logdir}", "--resume", "--total_env_steps=3000",
+    # The resume (from steps[-2]) saves at every update: it saves step steps[-1] again, then
+    # 4 more, and stops (each save is an Orbax write: no more of them than that needs).
+    per_update = newest["env_steps"] // newest["policy_version"]
+    total = newest["env_steps"] + 4 * per_update
+    record = train(load_config(TINY + [f"--logdir={logdir}", "--resume",
+                                       f"--total_env_steps={total}",
                                        "--checkpoint_interval_s=0.01"]))
-    assert record["env_steps"] >= 3000
+    assert record["env_steps"] >= total
     saved = RunDir(logdir).read_events("run_end")[-1]["checkpoints"]["default"]
     ckpt = Checkpointer(ckdir)
     assert ckpt.latest_step() == saved
