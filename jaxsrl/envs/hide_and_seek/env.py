@@ -146,13 +146,10 @@ class HideAndSeekEnv(ParallelEnv):
             act = get(name)
             acts[i] = noop if act is None else act
         batch, rew = self._builder.new(), self._rew
-        infos = self._advance(acts, self._own_rows, batch, rew)
-        if infos is None:
-            done, infos = False, self._infos(False, True)
-        else:
-            done = True
+        last = self._advance(acts, self._own_rows, batch, rew)  # the infos if the episode ended
+        infos = self._infos(agents, False, True) if last is None else dict(zip(agents, last))
         return (self._per_agent(batch, agents), dict(zip(agents, rew.tolist())), dict.fromkeys(agents, False),
-                dict.fromkeys(agents, done), dict(zip(agents, infos)))
+                dict.fromkeys(agents, last is not None), infos)
 
     def step_rows(self, actions: np.ndarray, rows: np.ndarray, obs: dict[str, np.ndarray],
                   reward: np.ndarray) -> list[dict] | None:
@@ -205,18 +202,17 @@ class HideAndSeekEnv(ParallelEnv):
             return None
         if not physics_ok:  # the solver failed twice: end here, marked for discard (guard.py)
             reward[rows] = 0.0
-        self.agents = []
-        return self._infos(True, physics_ok)
+        agents, self.agents = self.agents, []
+        return list(self._infos(agents, True, physics_ok).values())
 
-    def _infos(self, done: bool, physics_ok: bool) -> list[dict]:
-        """The infos of the step just taken, one per agent of the episode."""
-        a = self._idx.n_agents
+    def _infos(self, agents: list[str], done: bool, physics_ok: bool) -> dict[str, dict]:
+        """The infos of the step just taken, new dicts keyed by ``agents`` (the episode's)."""
         next_in_prep = self._t < self._prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
-        infos = [{"in_prep_phase": next_in_prep, "discard_episode": not physics_ok} for _ in range(a)]
+        infos = {a: {"in_prep_phase": next_in_prep, "discard_episode": not physics_ok} for a in agents}
         if done and physics_ok:
             m = self._manip
             stats = self._stats.summary(self._qpos, m.lock_team, m.lock_events)
-            for info in infos:
+            for info in infos.values():
                 info["episode_stats"] = dict(stats)
         return infos
 
