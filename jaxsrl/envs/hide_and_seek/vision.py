@@ -75,7 +75,8 @@ class Vision:
         alpha = np.where(model.geom_matid < 0, model.geom_rgba[:, 3],
                          model.mat_rgba[np.maximum(model.geom_matid, 0), 3] if model.nmat else 1.0)
         self._ray_geoms = np.flatnonzero((self._groups[group] > 0) & (alpha != 0)).astype(np.int64)
-        self.compiled_rays = set(model.geom_type[self._ray_geoms].tolist()) <= {raycast.SPHERE, raycast.BOX, raycast.MESH}
+        ray_types = set(model.geom_type[self._ray_geoms].tolist())
+        self.compiled_rays = ray_types <= {raycast.SPHERE, raycast.BOX, raycast.MESH}
         """True: the rays are cast by ``raycast.cast_rays`` (the scene has only spheres,
         boxes and meshes among the geoms a ray can meet); else by ``mujoco_rays``."""
         self._mesh_vert = np.asarray(model.mesh_vert, np.float64).reshape(-1, 3)
