@@ -133,7 +133,7 @@ class ObservationBuilder:
     def new(self) -> dict[str, np.ndarray]:
         """Fresh ``{key: [A, *shape]}`` arrays holding the constant parts, the rest zero
         (fill with ``build(..., out=...)``)."""
-        return dict(zip(self._keys, map(np.ndarray.copy, self._templates)))  # 11 copies: cheaper than views
+        return dict(zip(self._keys, map(np.ndarray.copy, self._templates)))
 
     def build(self, qpos, qvel, seen, lidar, locked, which_locked, held, step: int, out: dict[str, np.ndarray],
               rows: np.ndarray) -> None:
