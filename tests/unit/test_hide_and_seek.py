@@ -72,6 +72,30 @@ def test_same_seed_same_trajectory():
     assert any(not np.array_equal(c[0][0][ag]["self"], a[0][0][ag]["self"]) for ag in c[0][0])
 
 
+def test_step_returns_new_objects_that_later_steps_leave_alone():
+    # A caller may keep and edit what step and reset return: later steps must not change it
+    # (no observation buffer reused across steps), and every info is a dict of its own.
+    env = make_env("quadrant", horizon=5)
+    rng = np.random.default_rng(4)
+    obs, infos = env.reset(seed=2)
+    kept = []
+    for n in range(7):  # through the episode end and a reset
+        infos["hider_0"]["mine"] = n  # a caller writing into one agent's info
+        kept.append((n, obs, infos, {a: {k: v.copy() for k, v in o.items()} for a, o in obs.items()}))
+        if env.agents:
+            obs, _, _, _, infos = env.step({a: rng.integers(0, [11, 11, 11, 2, 2]) for a in env.agents})
+        else:
+            obs, infos = env.reset()
+    for n, obs_then, infos_then, copies in kept:
+        assert [(a, i["mine"]) for a, i in infos_then.items() if "mine" in i] == [("hider_0", n)]
+        for a, o in obs_then.items():
+            for k, v in o.items():
+                np.testing.assert_array_equal(v, copies[a][k], err_msg=f"step {n}: {a} {k} changed later")
+                assert not np.shares_memory(v, obs[a][k]), (n, a, k)
+    # the observations differ from step to step (else the check above could not fail)
+    assert not np.array_equal(kept[1][3]["hider_0"]["self"], kept[2][3]["hider_0"]["self"])
+
+
 def test_truncation_and_episode_stats():
     env = make_env("quadrant", horizon=5)
     env.reset(seed=0)

@@ -136,22 +136,20 @@ class HideAndSeekEnv(ParallelEnv):
 
     def step(self, actions: dict[str, Any]):
         """Advance 0.075 s. ``actions[agent]``: 5 ints (see ``ACTION_DIMS``); missing
-        agents do nothing. Returns ``(obs, rewards, terminations, truncations, infos)``."""
-        if not self.agents:
-            raise RuntimeError("episode is over: call reset()")
-        acts = self._acts  # [A, 5], overwritten every step
-        noop = self._noop
+        agents do nothing. Returns ``(obs, rewards, terminations, truncations, infos)``,
+        all new objects (the observation arrays too: a caller may keep them)."""
         agents = self.agents
+        if not agents:
+            raise RuntimeError("episode is over: call reset()")
+        acts, noop, get = self._acts, self._noop, actions.get  # acts: [A, 5], overwritten every step
         for i, name in enumerate(agents):
-            act = actions.get(name)
+            act = get(name)
             acts[i] = noop if act is None else act
-        batch, rew = self._builder.new(), np.empty(len(agents))
-        infos = self.step_rows(acts, self._own_rows, batch, rew)
-        done = infos is not None
-        if not done:
-            infos = self._infos(False, True)
+        batch, rew = self._builder.new(), self._rew
+        last = self._advance(acts, self._own_rows, batch, rew)  # the infos if the episode ended
+        infos = self._infos(agents, False, True) if last is None else dict(zip(agents, last))
         return (self._per_agent(batch, agents), dict(zip(agents, rew.tolist())), dict.fromkeys(agents, False),
-                dict.fromkeys(agents, done), dict(zip(agents, infos)))
+                dict.fromkeys(agents, last is not None), infos)
 
     def step_rows(self, actions: np.ndarray, rows: np.ndarray, obs: dict[str, np.ndarray],
                   reward: np.ndarray) -> list[dict] | None:
@@ -180,6 +178,11 @@ class HideAndSeekEnv(ParallelEnv):
         if actions.ndim != 2 or actions.shape[1] != len(ACTION_DIMS) or actions.dtype.kind not in "iu":
             raise ValueError(f"actions must be an integer array of shape [rows, {len(ACTION_DIMS)}], "
                              f"got {actions.dtype} {actions.shape}")
+        return self._advance(actions, rows, obs, reward)
+
+    def _advance(self, actions: np.ndarray, rows: np.ndarray, obs: dict[str, np.ndarray],
+                 reward: np.ndarray) -> list[dict] | None:
+        """``step_rows`` on arguments known to be valid (``step``'s own)."""
         in_prep = self._t < self._prep_steps  # seekers are frozen: no motion, no grab, no lock
         grab, lock = self._grab, self._lock
         kernels.controls(actions, rows, *self._ctrl_args, in_prep, self._ctrl, grab, lock)
@@ -199,18 +202,17 @@ class HideAndSeekEnv(ParallelEnv):
             return None
         if not physics_ok:  # the solver failed twice: end here, marked for discard (guard.py)
             reward[rows] = 0.0
-        self.agents = []
-        return self._infos(True, physics_ok)
+        agents, self.agents = self.agents, []
+        return list(self._infos(agents, True, physics_ok).values())
 
-    def _infos(self, done: bool, physics_ok: bool) -> list[dict]:
-        """The infos of the step just taken, one per agent of the episode."""
-        a = self._idx.n_agents
+    def _infos(self, agents: list[str], done: bool, physics_ok: bool) -> dict[str, dict]:
+        """The infos of the step just taken, new dicts keyed by ``agents`` (the episode's)."""
         next_in_prep = self._t < self._prep_steps  # info['in_prep_phase'] as released (mae:prep_phase.py:42-44)
-        infos = [{"in_prep_phase": next_in_prep, "discard_episode": not physics_ok} for _ in range(a)]
+        infos = {a: {"in_prep_phase": next_in_prep, "discard_episode": not physics_ok} for a in agents}
         if done and physics_ok:
             m = self._manip
             stats = self._stats.summary(self._qpos, m.lock_team, m.lock_events)
-            for info in infos:
+            for info in infos.values():
                 info["episode_stats"] = dict(stats)
         return infos
 
@@ -263,6 +265,7 @@ class HideAndSeekEnv(ParallelEnv):
         self._seen = np.zeros((idx.n_agents, idx.n_agents - 1 + idx.n_objects), bool)  # see Vision
         # cached per episode: what a step cannot change
         self._acts = np.empty((idx.n_agents, 5), np.int64)
+        self._rew = np.empty(idx.n_agents)  # step's rewards, read out as floats every step
         self._own_rows = np.arange(idx.n_agents, dtype=np.int64)  # step's rows: agent order
         self._lidar = np.empty((idx.n_agents, cfg.n_lidar), np.float32)
         self._grab = np.empty(idx.n_agents, bool)
@@ -276,8 +279,8 @@ class HideAndSeekEnv(ParallelEnv):
     @staticmethod
     def _per_agent(batch: dict[str, np.ndarray], agents: list[str]) -> dict[str, dict[str, np.ndarray]]:
         """PettingZoo's per-agent observations: row ``i`` of every key for ``agents[i]``."""
-        items = list(batch.items())
-        return {name: {k: v[i] for k, v in items} for i, name in enumerate(agents)}
+        keys = list(batch)  # zip(*values): each array's rows, as views
+        return {name: dict(zip(keys, rows)) for name, rows in zip(agents, zip(*batch.values()))}
 
     def _observe(self, obs: dict[str, np.ndarray], rows: np.ndarray) -> None:
         """Sense, and write the observation into rows ``rows`` of ``obs`` (``ObservationBuilder.build``)."""

@@ -92,7 +92,7 @@ class Manipulation:
         self._lockable = np.concatenate([np.ones(b, bool), np.full(index.n_ramps, bool(cfg.lock_ramp))])
         self._agent_bodies = index.body[:a]
         self._obj_bodies = index.body[a : a + o]
-        self._obj_joints = [model.body_jntadr[bd] + np.arange(DOFS_PER_BODY) for bd in self._obj_bodies]
+        self._obj_joints = model.body_jntadr[self._obj_bodies][:, None] + np.arange(DOFS_PER_BODY)  # [O, 4]
         self._agent_ids = np.asarray(self._agent_bodies, np.int64)
         self._obj_ids = np.asarray(self._obj_bodies, np.int64)
         self._to_unlock, self._to_lock = np.zeros(o, bool), np.zeros(o, bool)

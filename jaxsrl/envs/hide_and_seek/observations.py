@@ -33,6 +33,8 @@ only where ``*_mask`` is 1; an omniscient critic uses ``*_present``. Padded rows
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
 from jaxsrl.envs.hide_and_seek import kernels
@@ -88,14 +90,15 @@ def observation_shapes(cfg: HideAndSeekConfig) -> dict[str, tuple[int, ...]]:
 
 _WRITTEN = ("self", "agents", "agents_mask", "boxes", "boxes_mask", "ramps", "ramps_mask", "lidar")
 """The keys ``kernels.build_observations`` writes, in its argument order."""
+_written = itemgetter(*_WRITTEN)
 
 
 class ObservationBuilder:
     """Builds ``{key: [A, *shape]}`` float32 arrays for the ``A`` agents of one episode.
 
-    ``new()`` gives views of one new copy of a flat per-episode template, which already
-    holds what a step cannot change (the ``hider`` flags, the ``*_present`` slots, box
-    sizes); ``build`` writes the rest (every per-step column, the preparation timer included).
+    ``new()`` gives a new copy of each key's per-episode template, which already holds
+    what a step cannot change (the ``hider`` flags, the ``*_present`` slots, box sizes);
+    ``build`` writes the rest (every per-step column, the preparation timer included).
 
     Args:
       rest_z: ``[M]`` height (m) of each movable body at rest, subtracted from z.
@@ -106,7 +109,8 @@ class ObservationBuilder:
         a, b, r = index.n_agents, index.n_boxes, index.n_ramps
         self._a, self._b = a, b
         # others[i] = every agent but i, in agent order: [A, A - 1]
-        self.others = np.array([[j for j in range(a) if j != i] for i in range(a)], np.int64).reshape(a, a - 1)
+        cols = np.arange(a - 1)
+        self.others = cols + (cols >= np.arange(a)[:, None])
         self.team = np.array([0] * index.n_hiders + [1] * index.n_seekers, np.int64)
         self._hider = (self.team == 0).astype(np.float32)  # [A]
         self._box_sizes = np.asarray(box_sizes, np.float64).reshape(b, 3)
@@ -115,12 +119,8 @@ class ObservationBuilder:
         self._prep_den = cfg.prep_steps + 1e-5  # prep_obs = min(1, t / (prep_steps + 1e-5))
         self._lock_ramp, self._extra, self._horizon = bool(cfg.lock_ramp), bool(cfg.extra_obs), cfg.horizon
         self._out: tuple = (None, ())  # (the last ``out`` of build, its arrays in _WRITTEN order)
-        shapes = {k: (a,) + shape for k, shape in observation_shapes(cfg).items()}
-        sizes = [int(np.prod(shape)) for shape in shapes.values()]
-        self._flat = np.zeros(sum(sizes), np.float32)  # every key's template, one buffer
-        self._parts = [(k, o, o + n, shape) for (k, shape), n, o in zip(shapes.items(), sizes, np.cumsum([0] + sizes))]
-        self._template = self._views(self._flat)
-        t = self._template
+        t = {k: np.zeros((a,) + shape, np.float32) for k, shape in observation_shapes(cfg).items()}
+        self._keys, self._templates = list(t), list(t.values())
         t["self"][:, 8] = self._hider
         if a > 1:
             t["agents"][:, : a - 1, 8] = self._hider[self.others]
@@ -133,11 +133,7 @@ class ObservationBuilder:
     def new(self) -> dict[str, np.ndarray]:
         """Fresh ``{key: [A, *shape]}`` arrays holding the constant parts, the rest zero
         (fill with ``build(..., out=...)``)."""
-        return self._views(self._flat.copy())
-
-    def _views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
-        """``{key: [A, *shape]}`` views of the parts of one flat buffer."""
-        return {k: flat[lo:hi].reshape(shape) for k, lo, hi, shape in self._parts}
+        return dict(zip(self._keys, map(np.ndarray.copy, self._templates)))
 
     def build(self, qpos, qvel, seen, lidar, locked, which_locked, held, step: int, out: dict[str, np.ndarray],
               rows: np.ndarray) -> None:
@@ -152,7 +148,7 @@ class ObservationBuilder:
         of the episode): agent ``i``'s observation is written in row ``rows[i]``.
         """
         if out is not self._out[0]:  # the arrays of the same dict are fetched once
-            self._out = (out, tuple(out[k] for k in _WRITTEN))
+            self._out = (out, _written(out))
         kernels.build_observations(
             qpos, qvel, self._rest_z, seen, self.others, self.team, locked, which_locked, held,
             self._b, self._size_cols, self._lock_ramp, self._extra, step / self._horizon,

@@ -63,19 +63,20 @@ class Vision:
         angles = 2 * np.pi * np.arange(cfg.n_lidar) / cfg.n_lidar  # [L] rad from +x
         self._n_lidar = cfg.n_lidar
         self._facing = float(np.deg2rad(cfg.facing_offset_deg))
-        self.targets = np.array([[j for j in range(n) if j != i] for i in range(a)], np.intp).reshape(a, k)
+        cols = np.arange(k, dtype=np.intp)
+        self.targets = cols + (cols >= np.arange(a)[:, None])
         """``[A, N - 1]`` target index (agents, then objects) of each observer's columns."""
         self._rows = np.repeat(np.arange(a), k).reshape(a, k)
         self._tgt_geom = np.asarray(index.geom, np.intp)[self.targets]  # [A, N - 1]
         self._tgt_body = np.asarray(index.body, np.int64)[self.targets]  # [A, N - 1]
         self._geom_body = np.asarray(model.geom_bodyid, np.int64)  # geom id -> body id
         # the geoms a ray can meet: mj_ray's filters (group, alpha 0 invisible; static included)
-        group = np.clip(model.geom_group, 0, 5)
+        group = np.minimum(np.maximum(model.geom_group, 0), 5)
         alpha = np.where(model.geom_matid < 0, model.geom_rgba[:, 3],
                          model.mat_rgba[np.maximum(model.geom_matid, 0), 3] if model.nmat else 1.0)
         self._ray_geoms = np.flatnonzero((self._groups[group] > 0) & (alpha != 0)).astype(np.int64)
-        self.compiled_rays = bool(np.isin(model.geom_type[self._ray_geoms],
-                                          (raycast.SPHERE, raycast.BOX, raycast.MESH)).all())
+        ray_types = set(model.geom_type[self._ray_geoms].tolist())
+        self.compiled_rays = ray_types <= {raycast.SPHERE, raycast.BOX, raycast.MESH}
         """True: the rays are cast by ``raycast.cast_rays`` (the scene has only spheres,
         boxes and meshes among the geoms a ray can meet); else by ``mujoco_rays``."""
         self._mesh_vert = np.asarray(model.mesh_vert, np.float64).reshape(-1, 3)
