@@ -22,13 +22,13 @@ import math
 
 import numpy as np
 
-from jaxsrl.envs.hide_and_seek.kernels import jit  # the decorator only (see kernels.py on the disk cache)
+from jaxsrl.envs.hide_and_seek.kernels import jit, jit_inline  # the decorators only (see kernels.py on the disk cache)
 
 SPHERE, BOX, MESH = 2, 6, 7  # mjtGeom
 _MINVAL = 1e-15  # mjMINVAL
 
 
-@jit
+@jit_inline
 def _ray_quad(a, b, c):
     """Smallest non-negative root of a x^2 + 2 b x + c = 0, -1 if none."""
     det = b * b - a * c
@@ -43,7 +43,7 @@ def _ray_quad(a, b, c):
     return -1.0
 
 
-@jit
+@jit_inline
 def _ray_sphere(cx, cy, cz, r2, px, py, pz, vx, vy, vz):
     dx, dy, dz = px - cx, py - cy, pz - cz
     a = vx * vx + vy * vy + vz * vz
@@ -52,7 +52,7 @@ def _ray_sphere(cx, cy, cz, r2, px, py, pz, vx, vy, vz):
     return _ray_quad(a, b, c)
 
 
-@jit
+@jit_inline
 def _ray_box(xpos, xmat, size, g, px, py, pz, vx, vy, vz):
     """MuJoCo's ray_box: distance along the ray to box geom ``g`` (half sizes
     ``size[g]``, pose ``xpos[g]``, ``xmat[g]`` row-major world-from-local), -1 if none."""
@@ -67,7 +67,7 @@ def _ray_box(xpos, xmat, size, g, px, py, pz, vx, vy, vz):
     return _box_axis(x, lp2, lv2, s2, lp0, lv0, s0, lp1, lv1, s1)
 
 
-@jit
+@jit_inline
 def _box_axis(x, lp, lv, sz, lpa, lva, sa, lpb, lvb, sb):
     """The two faces of a box normal to one axis (``lp, lv, sz``), the other two axes'
     coordinates ``a``, ``b`` in MuJoCo's face order; the smaller of ``x`` and a hit."""
@@ -82,7 +82,7 @@ def _box_axis(x, lp, lv, sz, lpa, lva, sa, lpb, lvb, sb):
     return x
 
 
-@jit
+@jit_inline
 def _ray_map(xmat, g, d0, d1, d2, vx, vy, vz):
     """MuJoCo's ray_map: the offset ``d`` from the geom's centre and the direction ``v`` in
     geom ``g``'s frame (``xmat[g]``: ``[9]`` row-major)."""
@@ -101,7 +101,7 @@ def _normalized(x, y, z):
     return x / n, y / n, z / n
 
 
-@jit
+@jit_inline
 def _ray_triangle(vert, i0, i1, i2, lp0, lp1, lp2, lv0, lv1, lv2, b00, b01, b02, b10, b11, b12):
     """MuJoCo's ray_triangle for the triangle of rows ``i0, i1, i2`` of ``vert`` (geom
     frame), the ray ``lp + x lv`` in that frame, ``b0``, ``b1`` the basis of its normal plane."""
@@ -164,7 +164,7 @@ def _ray_mesh(xpos, xmat, size, g, vert, face, f_lo, f_n, v_lo, px, py, pz, vx, 
     return x
 
 
-@jit
+@jit_inline
 def _box_extent(xmat, size, g):
     """Half extents (m) along world x, y, z of box geom ``g``'s world-aligned bounding
     box, widened by rounding margins (1e-6 relative, 1e-9 m)."""
@@ -186,7 +186,7 @@ ANGLE_TOL = 2.0 * ATAN_ERR + 1e-12
 and half angle), plus float rounding of angles of order 1 (about 1e-15)."""
 
 
-@jit
+@jit_inline
 def _atan2(y, x):
     """``atan2(y, x)`` (rad, in ``[-pi, pi]``) within ``ATAN_ERR``: octant reduction and
     Abramowitz & Stegun's 4.4.47 polynomial, about a fifth of libm's cost. ``(0, 0)`` gives 0."""
@@ -206,7 +206,7 @@ def _atan2(y, x):
     return -r if y < 0.0 else r
 
 
-@jit
+@jit_inline
 def _ray_range(lo_angle, hi_angle, step, n_lidar):
     """Lidar rays ``a .. b`` (mod ``n_lidar``; ``a`` in ``0 .. n_lidar - 1``; ``b = a - 1``: none)
     whose angles ``k step`` lie in ``[lo_angle, hi_angle]`` (rad) widened by ``ANGLE_TOL``."""
@@ -218,7 +218,7 @@ def _ray_range(lo_angle, hi_angle, step, n_lidar):
     return a - shift, max(b, a - 1) - shift
 
 
-@jit
+@jit_inline
 def _bounds(geom_xpos, geom_xmat, geom_size, geom_type, geom_rbound, g, px, py, pz, step, n_lidar):
     """Geom ``g``'s bounds seen from the origin ``p``: ``(near, a, b)``, the distance (m) from
     ``p`` to them (a lower bound of any hit; below 0 inside) and the lidar rays ``a .. b``
