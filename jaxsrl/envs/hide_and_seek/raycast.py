@@ -273,8 +273,10 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
     the vision cone, which no hit can make seen) skips the ray: id -1, distance -1. A geom's bounds are its world-aligned
     bounding box for a box (walls and boxes), its bounding sphere (``geom_rbound``)
     otherwise. Geoms are tried nearest bounds first, and a ray stops at the first whose
-    bounds start beyond its best hit; a lidar ray tries only the geoms whose bounds lie
-    within its angle, seen from the origin. Ties go to the lower geom id, as in MuJoCo's loop.
+    bounds start beyond its best hit; a lidar ray tries only the geoms whose bounds' angular
+    extent, seen from the origin, holds its angle (``_bounds``: each geom's window of rays,
+    widened by ``ANGLE_TOL``; the geoms of each ray listed once per origin, nearest first).
+    Ties go to the lower geom id, as in MuJoCo's loop.
 
     Args:
       geom_xpos: ``[ngeom, 3]``, geom_xmat: ``[ngeom, 9]`` float64 (``data``).
