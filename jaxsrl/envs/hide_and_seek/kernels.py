@@ -23,6 +23,10 @@ import numba
 
 jit = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
 """The decorator of every compiled loop of the game (also ``raycast.py``)."""
+jit_inline = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False, inline="always")
+"""``jit`` for small helpers called inside compiled loops: Numba inlines them into each caller
+(in its IR, before LLVM), which saves the call but compiles them once per call site
+(``docs/hide_and_seek.md``, "Issue 32, fifth part", has the costs)."""
 
 
 @jit

@@ -22,13 +22,13 @@ import math
 
 import numpy as np
 
-from jaxsrl.envs.hide_and_seek.kernels import jit  # the decorator only (see kernels.py on the disk cache)
+from jaxsrl.envs.hide_and_seek.kernels import jit, jit_inline  # the decorators only (see kernels.py on the disk cache)
 
 SPHERE, BOX, MESH = 2, 6, 7  # mjtGeom
 _MINVAL = 1e-15  # mjMINVAL
 
 
-@jit
+@jit_inline
 def _ray_quad(a, b, c):
     """Smallest non-negative root of a x^2 + 2 b x + c = 0, -1 if none."""
     det = b * b - a * c
@@ -43,7 +43,7 @@ def _ray_quad(a, b, c):
     return -1.0
 
 
-@jit
+@jit_inline
 def _ray_sphere(cx, cy, cz, r2, px, py, pz, vx, vy, vz):
     dx, dy, dz = px - cx, py - cy, pz - cz
     a = vx * vx + vy * vy + vz * vz
@@ -52,7 +52,7 @@ def _ray_sphere(cx, cy, cz, r2, px, py, pz, vx, vy, vz):
     return _ray_quad(a, b, c)
 
 
-@jit
+@jit_inline
 def _ray_box(xpos, xmat, size, g, px, py, pz, vx, vy, vz):
     """MuJoCo's ray_box: distance along the ray to box geom ``g`` (half sizes
     ``size[g]``, pose ``xpos[g]``, ``xmat[g]`` row-major world-from-local), -1 if none."""
@@ -67,7 +67,7 @@ def _ray_box(xpos, xmat, size, g, px, py, pz, vx, vy, vz):
     return _box_axis(x, lp2, lv2, s2, lp0, lv0, s0, lp1, lv1, s1)
 
 
-@jit
+@jit_inline
 def _box_axis(x, lp, lv, sz, lpa, lva, sa, lpb, lvb, sb):
     """The two faces of a box normal to one axis (``lp, lv, sz``), the other two axes'
     coordinates ``a``, ``b`` in MuJoCo's face order; the smaller of ``x`` and a hit."""
@@ -82,7 +82,7 @@ def _box_axis(x, lp, lv, sz, lpa, lva, sa, lpb, lvb, sb):
     return x
 
 
-@jit
+@jit_inline
 def _ray_map(xmat, g, d0, d1, d2, vx, vy, vz):
     """MuJoCo's ray_map: the offset ``d`` from the geom's centre and the direction ``v`` in
     geom ``g``'s frame (``xmat[g]``: ``[9]`` row-major)."""
@@ -101,7 +101,7 @@ def _normalized(x, y, z):
     return x / n, y / n, z / n
 
 
-@jit
+@jit_inline
 def _ray_triangle(vert, i0, i1, i2, lp0, lp1, lp2, lv0, lv1, lv2, b00, b01, b02, b10, b11, b12):
     """MuJoCo's ray_triangle for the triangle of rows ``i0, i1, i2`` of ``vert`` (geom
     frame), the ray ``lp + x lv`` in that frame, ``b0``, ``b1`` the basis of its normal plane."""
@@ -164,7 +164,7 @@ def _ray_mesh(xpos, xmat, size, g, vert, face, f_lo, f_n, v_lo, px, py, pz, vx, 
     return x
 
 
-@jit
+@jit_inline
 def _box_extent(xmat, size, g):
     """Half extents (m) along world x, y, z of box geom ``g``'s world-aligned bounding
     box, widened by rounding margins (1e-6 relative, 1e-9 m)."""
@@ -175,16 +175,86 @@ def _box_extent(xmat, size, g):
     return ex * 1.000001 + 1e-9, ey * 1.000001 + 1e-9, ez * 1.000001 + 1e-9
 
 
-@jit
+_ATAN = (0.9998660, -0.3302995, 0.1801410, -0.0851330, 0.0208351)
+"""Coefficients of x, x^3, ..., x^9 of Abramowitz & Stegun's 4.4.47 for atan x, |x| <= 1."""
+ATAN_ERR = 2e-5
+"""Bound (rad) on ``|_atan2(y, x) - atan2(y, x)|`` (mod 2 pi). The book states 1e-5 for its
+7-digit coefficients; they reach 1.15e-5 (at x = 0.396, a grid of 2e6 points), hence 2e-5
+(``tests/unit/test_hide_and_seek_kernels.py`` checks it)."""
+ANGLE_TOL = 2.0 * ATAN_ERR + 1e-12
+"""Widening (rad) of a lidar window on each side: two ``_atan2`` errors (a sphere's centre
+and half angle), plus float rounding of angles of order 1 (about 1e-15)."""
+
+
+@jit_inline
+def _atan2(y, x):
+    """``atan2(y, x)`` (rad, in ``[-pi, pi]``) within ``ATAN_ERR``: octant reduction and
+    Abramowitz & Stegun's 4.4.47 polynomial, about a fifth of libm's cost. ``(0, 0)`` gives 0."""
+    ax, ay = abs(x), abs(y)
+    if ax >= ay:
+        if ax == 0.0:
+            return 0.0
+        z = ay / ax
+    else:
+        z = ax / ay
+    z2 = z * z
+    r = z * (_ATAN[0] + z2 * (_ATAN[1] + z2 * (_ATAN[2] + z2 * (_ATAN[3] + z2 * _ATAN[4]))))
+    if ay > ax:
+        r = 0.5 * math.pi - r
+    if x < 0.0:
+        r = math.pi - r
+    return -r if y < 0.0 else r
+
+
+@jit_inline
 def _ray_range(lo_angle, hi_angle, step, n_lidar):
-    """Lidar rays ``a .. b`` (mod ``n_lidar``; ``a`` in ``0 .. n_lidar - 1``, ``a <= b``) whose
-    angles may lie in ``[lo_angle, hi_angle]`` (rad), one ray of margin either side."""
-    a = int(math.floor(lo_angle / step)) - 1
-    b = int(math.ceil(hi_angle / step)) + 1
-    if b - a >= n_lidar:
+    """Lidar rays ``a .. b`` (mod ``n_lidar``; ``a`` in ``0 .. n_lidar - 1``; ``b = a - 1``: none)
+    whose angles ``k step`` lie in ``[lo_angle, hi_angle]`` (rad) widened by ``ANGLE_TOL``."""
+    a = int(math.ceil((lo_angle - ANGLE_TOL) / step))
+    b = int(math.floor((hi_angle + ANGLE_TOL) / step))
+    if b - a >= n_lidar or n_lidar <= 0:  # every ray (none without lidar)
         return 0, n_lidar - 1
     shift = (a // n_lidar) * n_lidar  # shift by whole turns
-    return a - shift, b - shift
+    return a - shift, max(b, a - 1) - shift
+
+
+@jit_inline
+def _bounds(geom_xpos, geom_xmat, geom_size, geom_type, geom_rbound, g, px, py, pz, step, n_lidar):
+    """Geom ``g``'s bounds seen from the origin ``p``: ``(near, a, b)``, the distance (m) from
+    ``p`` to them (a lower bound of any hit; below 0 inside) and the lidar rays ``a .. b``
+    (``_ray_range``) that can meet them. The bounds: the world-aligned bounding box of a
+    box, widened by ``_box_extent``'s margins; the bounding sphere (``geom_rbound``,
+    1e-6 relative and 1e-9 m wider) otherwise. Lidar rays are horizontal, so a ray that
+    meets the bounds lies within their angular extent seen from ``p`` in the x-y plane;
+    every ray when ``p`` lies inside that extent's footprint."""
+    dx, dy, dz = geom_xpos[g, 0] - px, geom_xpos[g, 1] - py, geom_xpos[g, 2] - pz
+    if geom_type[g] == BOX:  # its world-aligned bounding box: tighter than the sphere
+        ex, ey, ez = _box_extent(geom_xmat, geom_size, g)
+        ox, oy = max(abs(dx) - ex, 0.0), max(abs(dy) - ey, 0.0)
+        oz = max(abs(dz) - ez, 0.0)
+        near = math.sqrt(ox * ox + oy * oy + oz * oz)
+        if ox <= 0.0 and oy <= 0.0:  # the origin above or below it: every lidar ray
+            return near, 0, n_lidar - 1
+        centre = _atan2(dy, dx)
+        rmin, rmax = math.inf, -math.inf
+        for sx in (-1.0, 1.0):
+            for sy in (-1.0, 1.0):
+                r = _atan2(dy + sy * ey, dx + sx * ex) - centre
+                if r > math.pi:
+                    r -= 2.0 * math.pi
+                elif r < -math.pi:
+                    r += 2.0 * math.pi
+                rmin, rmax = min(rmin, r), max(rmax, r)
+        a, b = _ray_range(centre + rmin, centre + rmax, step, n_lidar)
+        return near, a, b
+    d = math.sqrt(dx * dx + dy * dy)
+    rb = geom_rbound[g] * 1.000001 + 1e-9  # rounding: a little wider than the sphere
+    near = math.sqrt(d * d + dz * dz) - rb
+    if d <= rb:  # the origin inside the bounding circle: every lidar ray
+        return near, 0, n_lidar - 1
+    centre, half = _atan2(dy, dx), _atan2(rb, math.sqrt(d * d - rb * rb))  # half = asin(rb / d)
+    a, b = _ray_range(centre - half, centre + half, step, n_lidar)
+    return near, a, b
 
 
 @jit
@@ -203,8 +273,10 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
     the vision cone, which no hit can make seen) skips the ray: id -1, distance -1. A geom's bounds are its world-aligned
     bounding box for a box (walls and boxes), its bounding sphere (``geom_rbound``)
     otherwise. Geoms are tried nearest bounds first, and a ray stops at the first whose
-    bounds start beyond its best hit; a lidar ray tries only the geoms whose bounds lie
-    within its angle, seen from the origin. Ties go to the lower geom id, as in MuJoCo's loop.
+    bounds start beyond its best hit; a lidar ray tries only the geoms whose bounds' angular
+    extent, seen from the origin, holds its angle (``_bounds``: each geom's window of rays,
+    widened by ``ANGLE_TOL``; the geoms of each ray listed once per origin, nearest first).
+    Ties go to the lower geom id, as in MuJoCo's loop.
 
     Args:
       geom_xpos: ``[ngeom, 3]``, geom_xmat: ``[ngeom, 9]`` float64 (``data``).
@@ -232,6 +304,8 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
     hi = np.empty(n_geoms, np.int64)
     near = np.empty(n_geoms)  # distance (m) from the origin to geom n's bounds (a lower bound of any hit)
     order = np.empty(n_geoms, np.int64)  # geoms by near, the origin's own body left out
+    cand = np.empty((max(n_lidar, 0), n_geoms), np.int64)  # cand[k, :count[k]]: order's geoms lidar ray k can meet
+    count = np.empty(max(n_lidar, 0), np.int64)
     for i in range(eyes.shape[0]):
         px, py, pz = eyes[i, 0], eyes[i, 1], eyes[i, 2]
         own = eye_body[i]
@@ -240,35 +314,8 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
             g = geoms[n]
             if geom_body[g] == own:
                 continue
-            dx, dy, dz = geom_xpos[g, 0] - px, geom_xpos[g, 1] - py, geom_xpos[g, 2] - pz
-            if geom_type[g] == BOX:  # its world-aligned bounding box: tighter than the sphere
-                ex, ey, ez = _box_extent(geom_xmat, geom_size, g)
-                ox, oy = max(abs(dx) - ex, 0.0), max(abs(dy) - ey, 0.0)
-                oz = max(abs(dz) - ez, 0.0)
-                near[n] = math.sqrt(ox * ox + oy * oy + oz * oz)
-                if ox <= 0.0 and oy <= 0.0:  # the origin above or below it: every lidar ray
-                    a, b = 0, n_lidar - 1
-                else:
-                    centre = math.atan2(dy, dx)
-                    rmin, rmax = math.inf, -math.inf
-                    for sx in (-1.0, 1.0):
-                        for sy in (-1.0, 1.0):
-                            r = math.atan2(dy + sy * ey, dx + sx * ex) - centre
-                            if r > math.pi:
-                                r -= 2.0 * math.pi
-                            elif r < -math.pi:
-                                r += 2.0 * math.pi
-                            rmin, rmax = min(rmin, r), max(rmax, r)
-                    a, b = _ray_range(centre + rmin, centre + rmax, step, n_lidar)
-            else:
-                d = math.sqrt(dx * dx + dy * dy)
-                rb = geom_rbound[g] * 1.000001 + 1e-9  # rounding: a little wider than the sphere
-                near[n] = math.sqrt(d * d + dz * dz) - rb
-                if d <= rb:  # the origin inside the bounding circle: every lidar ray
-                    a, b = 0, n_lidar - 1
-                else:
-                    centre, half = math.atan2(dy, dx), math.asin(rb / d)
-                    a, b = _ray_range(centre - half, centre + half, step, n_lidar)
+            near[n], a, b = _bounds(geom_xpos, geom_xmat, geom_size, geom_type, geom_rbound, g, px, py, pz,
+                                    step, n_lidar)
             lo[n], hi[n] = a, b
             j = m  # insertion sort by near
             while j > 0 and near[order[j - 1]] > near[n]:
@@ -276,6 +323,13 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
                 j -= 1
             order[j] = n
             m += 1
+        count[:] = 0
+        for q in range(m):  # each lidar ray's candidates, in order
+            n = order[q]
+            for k in range(lo[n], hi[n] + 1):
+                k = k - n_lidar if k >= n_lidar else k
+                cand[k, count[k]] = n
+                count[k] += 1
         for r in range(n_rays):
             vx, vy, vz = vec[i, r, 0], vec[i, r, 1], vec[i, r, 2]
             lidar = r >= n_los
@@ -286,14 +340,11 @@ def cast_rays(geom_xpos, geom_xmat, geom_size, geom_type, geom_body, geom_mesh, 
                 ids[i, r] = -1
                 hit[i, r] = -1.0
                 continue
-            for q in range(m):
-                n = order[q]
+            tried, n_tried = (cand[k], count[k]) if lidar else (order, m)
+            for q in range(n_tried):
+                n = tried[q]
                 if near[n] > limit or (best >= 0 and near[n] > best):
                     break
-                if lidar:
-                    a, b = lo[n], hi[n]
-                    if not (a <= k <= b or a <= k + n_lidar <= b):
-                        continue
                 g = geoms[n]
                 t = geom_type[g]
                 if t == SPHERE:
