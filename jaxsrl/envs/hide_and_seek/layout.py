@@ -256,8 +256,8 @@ def generate_layout(cfg: HideAndSeekConfig, rng: np.random.Generator) -> Layout:
                 continue
         outer = outer_walls(cfg) if quadrant or rng.random() < cfg.p_outer_walls else []
         walls = np.array(outer + inner, np.float64).reshape(-1, 5)
-        free, _ = free_grid(cfg, np.array(outer_walls(cfg) + inner).reshape(-1, 5), cfg.agent_radius)
-        if cfg.check_connected and not is_connected(free):
+        if cfg.check_connected and not is_connected(
+                free_grid(cfg, np.array(outer_walls(cfg) + inner).reshape(-1, 5), cfg.agent_radius)[0]):
             continue
         poses = _place(cfg, rng, walls, half, region, anchor)
         if poses is None:

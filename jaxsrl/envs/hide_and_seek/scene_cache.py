@@ -80,8 +80,10 @@ copies one instead of compiling."""
 
 
 def _r6(values) -> np.ndarray:
-    """``values`` as the MJCF text carries them (``%.6g``, ``scene._f``), as float64."""
-    return np.array([float(f"{float(v):.6g}") for v in np.ravel(values)], np.float64)
+    """``values`` as the MJCF text carries them (``%.6g``, ``scene._f``), as float64: one
+    ``%`` formatting of all of them, each parsed back by ``float``."""
+    flat = np.ravel(values).tolist()
+    return np.fromiter(map(float, ("%.6g " * len(flat) % tuple(flat)).split()), np.float64, len(flat))
 
 
 @dataclasses.dataclass
