@@ -33,7 +33,7 @@ from jaxsrl.envs.hide_and_seek import kernels
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig, make_config
 from jaxsrl.envs.hide_and_seek.guard import GuardedStep
 from jaxsrl.envs.hide_and_seek.layout import Layout, generate_layout
-from jaxsrl.envs.hide_and_seek.manipulation import HIDER, Manipulation
+from jaxsrl.envs.hide_and_seek.manipulation import HIDER, SEEKER, Manipulation
 from jaxsrl.envs.hide_and_seek.observations import ObservationBuilder, observation_shapes
 from jaxsrl.envs.hide_and_seek.scene import DOFS_PER_BODY
 from jaxsrl.envs.hide_and_seek.scene_cache import SceneCache
@@ -242,7 +242,10 @@ class HideAndSeekEnv(ParallelEnv):
         if len(layout.hiders) < 1 or len(layout.seekers) < 1:
             raise ValueError("layout needs at least one hider and one seeker")
         model, data, idx = self._scenes.layout(layout)
-        q = data.qpos[: DOFS_PER_BODY * len(idx.body)].reshape(-1, DOFS_PER_BODY)  # view
+        parts = self._scenes.memo.get(idx.n_walls)  # what this scene's episodes share
+        if parts is None:
+            parts = self._scenes.memo[idx.n_walls] = _SceneParts(cfg, model, data, idx)
+        q = self._qpos = parts.qpos
         poses = np.concatenate([layout.hiders, layout.seekers, layout.boxes, layout.ramps])
         z = np.concatenate(
             [np.full(idx.n_agents, cfg.agent_radius), layout.box_sizes[:, 2] / 2, np.zeros(idx.n_ramps)]
@@ -252,26 +255,20 @@ class HideAndSeekEnv(ParallelEnv):
         q[:, 3] = poses[:, 2]
         mujoco.mj_forward(model, data)
         self._model, self._data, self._idx, self.layout = model, data, idx, layout
-        self._qpos = q
-        self._qvel = data.qvel[: DOFS_PER_BODY * len(idx.body)].reshape(-1, DOFS_PER_BODY)
-        self._vision = Vision(cfg, model, idx)
-        self._guard = GuardedStep(model, data, cfg.blowup_speed)
+        self._qvel = parts.qvel
+        self._vision = parts.vision
+        self._guard = parts.guard
+        parts.guard.retries = 0
         self._manip = Manipulation(cfg, model, data, idx, layout.box_sizes, self._rng)
         self._builder = ObservationBuilder(cfg, idx, layout.box_sizes, z)
-        self._team = self._manip.team
-        self.agents = [f"hider_{i}" for i in range(idx.n_hiders)] + [f"seeker_{i}" for i in range(idx.n_seekers)]
+        self._team = parts.team
+        self.agents = list(parts.agents)
         self._t = 0
         self._stats = EpisodeStats(idx, cfg.prep_steps, q, self._team)
-        self._seen = np.zeros((idx.n_agents, idx.n_agents - 1 + idx.n_objects), bool)  # see Vision
-        # cached per episode: what a step cannot change
-        self._acts = np.empty((idx.n_agents, 5), np.int64)
-        self._rew = np.empty(idx.n_agents)  # step's rewards, read out as floats every step
-        self._own_rows = np.arange(idx.n_agents, dtype=np.int64)  # step's rows: agent order
-        self._lidar = np.empty((idx.n_agents, cfg.n_lidar), np.float32)
-        self._grab = np.empty(idx.n_agents, bool)
-        self._lock = np.empty(idx.n_agents, bool)
-        self._ctrl = data.ctrl.reshape(idx.n_agents, 3)  # a view (3 motors per agent, agent order)
-        self._sign = np.where(self._team == HIDER, 1.0, -1.0)
+        # buffers every step writes before reading (the scene's, reused by its episodes)
+        self._seen, self._acts, self._rew, self._own_rows = parts.seen, parts.acts, parts.rew, parts.own_rows
+        self._lidar, self._grab, self._lock, self._ctrl = parts.lidar, parts.grab, parts.lock, parts.ctrl
+        self._sign = parts.sign
         self._ctrl_args = (cfg.n_action_bins, self._bin_scale, cfg.action_max, idx.n_hiders)
         self._reward_args = (float(cfg.bounds_size / 2), bool(cfg.penalize_objects_out), float(cfg.boundary_penalty))
         self._n_substeps, self._horizon = cfg.n_substeps, cfg.horizon
@@ -288,6 +285,33 @@ class HideAndSeekEnv(ParallelEnv):
         self._seen, lidar = self._vision.sense(self._data, self._lidar, self._seen)
         self._builder.build(self._qpos, self._qvel, self._seen, lidar, m.locked, m.which_locked, m.held, self._t,
                             obs, rows)
+
+
+class _SceneParts:
+    """What the episodes of one laid-out scene (``SceneCache``: one model and ``MjData`` per
+    team and object counts, here with ``index.n_walls`` walls in use) share: views of the
+    data, the ray casts (``Vision``: built from the model's geoms alone), the physics guard,
+    and the step's buffers, each written by every step before it is read. Built at the
+    scene's first episode and kept in ``SceneCache.memo``."""
+
+    def __init__(self, cfg: HideAndSeekConfig, model: mujoco.MjModel, data: mujoco.MjData, index):
+        n = DOFS_PER_BODY * len(index.body)
+        a = index.n_agents
+        self.qpos = data.qpos[:n].reshape(-1, DOFS_PER_BODY)  # views
+        self.qvel = data.qvel[:n].reshape(-1, DOFS_PER_BODY)
+        self.ctrl = data.ctrl.reshape(a, 3)  # 3 motors per agent, agent order
+        self.vision = Vision(cfg, model, index)
+        self.guard = GuardedStep(model, data, cfg.blowup_speed)
+        self.team = np.array([HIDER] * index.n_hiders + [SEEKER] * index.n_seekers, np.int64)
+        self.sign = np.where(self.team == HIDER, 1.0, -1.0)
+        self.agents = [f"hider_{i}" for i in range(index.n_hiders)] + [f"seeker_{i}" for i in range(index.n_seekers)]
+        self.seen = np.zeros((a, a - 1 + index.n_objects), bool)  # see Vision
+        self.acts = np.empty((a, 5), np.int64)
+        self.rew = np.empty(a)  # step's rewards, read out as floats every step
+        self.own_rows = np.arange(a, dtype=np.int64)  # step's rows: agent order
+        self.lidar = np.empty((a, cfg.n_lidar), np.float32)
+        self.grab = np.empty(a, bool)
+        self.lock = np.empty(a, bool)
 
 
 def make_env(variant: str = "quadrant", render_mode: str | None = None, **overrides: Any) -> HideAndSeekEnv:

@@ -98,6 +98,7 @@ class _Scene:
     wall_conaffinity: int
     wall_rgba: np.ndarray
     eq_data: np.ndarray  # as compiled (grab rewrites the welds' poses)
+    memo: dict = dataclasses.field(default_factory=dict)  # SceneCache.memo while this scene is the last laid out
 
 
 def _template(cfg: HideAndSeekConfig, layout: Layout, n_walls: int) -> _Template:
@@ -142,6 +143,10 @@ class SceneCache:
         self._max_scenes = int(max_scenes)
         self._scenes: collections.OrderedDict[tuple[int, int, int, int], _Scene] = collections.OrderedDict()
         self._box_templates: dict[bytes, mujoco.MjModel] = {}
+        self.memo: dict = {}
+        """A dict kept with the scene ``layout`` returned last (empty when new, dropped with the
+        scene): for what a caller derives from the model, the data and the counts alone, to
+        build once per scene instead of once per episode."""
 
     def _walls_bvh(self, m: mujoco.MjModel, scene: _Scene, walls: np.ndarray) -> tuple[np.ndarray, ...]:
         """The world body's bounding volume hierarchy (``bvh_aabb``, ``bvh_child``,
@@ -198,6 +203,7 @@ class SceneCache:
             while len(self._scenes) > self._max_scenes:
                 self._scenes.popitem(last=False)
         self._scenes.move_to_end(key)
+        self.memo = scene.memo
         m, d, idx = scene.model, scene.data, scene.index
         # walls
         g = scene.wall_geoms
