@@ -211,3 +211,38 @@ def test_holding_fractions_match_the_held_state_step_by_step():
     assert held[:, :n_h].any() and held[:, n_h:].any()
     assert stats["hider_holding_fraction"] == pytest.approx(held[:, :n_h].mean())
     assert stats["seeker_holding_fraction"] == pytest.approx(held[:, n_h:].mean())
+
+
+@pytest.mark.parametrize("variant", ["quadrant", "full"])
+def test_a_reused_scene_starts_like_a_new_env(variant):
+    # An env reuses its scene's model, data, ray casts, buffers and grab/lock state from one
+    # episode to the next (env._SceneParts): an episode begun there after objects were held
+    # and locked must go exactly as the same episode in a new env, to its end (episode_stats).
+    used = make_env(variant, horizon=30)
+    used.reset(seed=0)
+    layout = used.layout
+    rng = np.random.default_rng(1)
+    for _ in range(200):  # move at random, always pressing grab and lock, until both took hold
+        if (used.held >= 0).any() and (used.lock_team >= 0).any():
+            break
+        used.step({a: np.r_[rng.integers(0, 11, 3), 1, 1] for a in used.agents})
+        if not used.agents:
+            used.reset(options={"layout": layout})
+    assert (used.held >= 0).any() and (used.lock_team >= 0).any()
+    new = make_env(variant, horizon=30)
+    out_used = used.reset(seed=5, options={"layout": layout})
+    out_new = new.reset(seed=5, options={"layout": layout})
+    for t in range(30):
+        for x, y in zip(out_used, out_new):  # obs and infos (then rewards, terminations, truncations)
+            assert x.keys() == y.keys()
+            for a in x:
+                if isinstance(x[a], dict):
+                    for k in x[a]:
+                        np.testing.assert_array_equal(x[a][k], y[a][k], err_msg=f"step {t}: {a} {k}")
+                else:
+                    assert x[a] == y[a], (t, a)
+        for name in ("held", "locked", "which_locked", "lock_events"):  # Manipulation's state
+            np.testing.assert_array_equal(getattr(used._manip, name), getattr(new._manip, name), err_msg=name)
+        acts = {a: np.r_[rng.integers(0, 11, 3), rng.integers(0, 2, 2)] for a in used.agents}
+        out_used, out_new = used.step(acts), new.step(acts)
+    assert not used.agents and "episode_stats" in out_used[4][next(iter(out_used[4]))]

@@ -259,8 +259,14 @@ class HideAndSeekEnv(ParallelEnv):
         self._vision = parts.vision
         self._guard = parts.guard
         parts.guard.retries = 0
-        self._manip = Manipulation(cfg, model, data, idx, layout.box_sizes, self._rng)
-        self._builder = ObservationBuilder(cfg, idx, layout.box_sizes, z)
+        sizes = layout.box_sizes.tobytes()  # the box sizes: the same for every quadrant episode
+        if parts.sizes != sizes:
+            parts.sizes = sizes
+            parts.manip = Manipulation(cfg, model, data, idx, layout.box_sizes, self._rng)
+            parts.builder = ObservationBuilder(cfg, idx, layout.box_sizes, z)
+        else:
+            parts.manip.reset(self._rng)
+        self._manip, self._builder = parts.manip, parts.builder
         self._team = parts.team
         self.agents = list(parts.agents)
         self._t = 0
@@ -291,7 +297,8 @@ class _SceneParts:
     """What the episodes of one laid-out scene (``SceneCache``: one model and ``MjData`` per
     team and object counts, here with ``index.n_walls`` walls in use) share: views of the
     data, the ray casts (``Vision``: built from the model's geoms alone), the physics guard,
-    and the step's buffers, each written by every step before it is read. Built at the
+    the step's buffers, each written by every step before it is read, and the grab/lock
+    state and observation builder of the last box sizes (``Manipulation.reset`` per episode). Built at the
     scene's first episode and kept in ``SceneCache.memo``."""
 
     def __init__(self, cfg: HideAndSeekConfig, model: mujoco.MjModel, data: mujoco.MjData, index):
@@ -312,6 +319,9 @@ class _SceneParts:
         self.lidar = np.empty((a, cfg.n_lidar), np.float32)
         self.grab = np.empty(a, bool)
         self.lock = np.empty(a, bool)
+        self.sizes: bytes | None = None  # box sizes (float64 bytes) of the grab/lock state and observation builder:
+        self.manip: Manipulation | None = None  # Manipulation.reset for each episode with these sizes
+        self.builder: ObservationBuilder | None = None
 
 
 def make_env(variant: str = "quadrant", render_mode: str | None = None, **overrides: Any) -> HideAndSeekEnv:

@@ -68,7 +68,7 @@ class Manipulation:
         box_sizes: np.ndarray,
         rng: np.random.Generator,
     ):
-        self._m, self._d, self._idx, self._rng = model, data, index, rng
+        self._m, self._d, self._idx = model, data, index
         self._reach = float(cfg.grab_reach)
         a, o, b = index.n_agents, index.n_objects, index.n_boxes
         self.team = np.array([HIDER] * index.n_hiders + [SEEKER] * index.n_seekers, np.int64)
@@ -104,6 +104,20 @@ class Manipulation:
         self._decide_args = (self.near_radius, self._reach, data.xpos, data.xmat, self._agent_ids, self._obj_ids,
                              self._centre_dz, self._half, self._lockable, self.team, self.which_locked, self.locked,
                              self.held, self._dist, self._usable, self._to_unlock, self._to_lock, self._target)
+        self.reset(rng)
+
+    def reset(self, rng: np.random.Generator) -> None:
+        """Start an episode on the same scene and box sizes: nothing held or locked (the
+        model's welds and limits are ``SceneCache.layout``'s to clear); ``rng`` draws lockers."""
+        self._rng = rng
+        self.held.fill(-1)
+        self.locked.fill(False)
+        self.which_locked.fill(0)
+        self.lock_events.fill(0)
+        self._dist.fill(0.0)
+        self._usable.fill(False)
+        self._to_unlock.fill(False)
+        self._to_lock.fill(False)
 
     @property
     def lock_team(self) -> np.ndarray:
