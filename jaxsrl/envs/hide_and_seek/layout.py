@@ -184,31 +184,38 @@ def _place(cfg, rng, walls: np.ndarray, half: np.ndarray, region: list[str], anc
     cs = _cell_size(cfg)
     spread = np.ceil(cfg.teammate_radius / cs - 1e-9) * cs
     x0, y0 = room_box(cfg)
-    pos = np.zeros((len(half), 2))
-    # the overlap tests on Python floats: the same float64 operations as NumPy's, without
-    # its per-call cost on arrays of a few rows (a layout is drawn at every reset)
+    pos: list[tuple[float, float]] = []  # (x, y) of entities 0 .. k - 1
+    # the tests on Python floats: the same float64 operations as NumPy's, without its
+    # per-call cost on arrays of a few rows (a layout is drawn at every reset)
     wall_boxes = [(cx, cy, wx, wy) for cx, cy, wx, wy, _ in walls.tolist()]
     placed: list[tuple[float, float, float, float]] = []  # (x, y, hx, hy) of entities 0 .. k - 1
+    uniform = rng.uniform
     for k, (hx, hy) in enumerate(half.tolist()):
+        where, near = region[k], anchor[k]
+        if near >= 0:
+            ax, ay = pos[near]
+        elif where == "room":
+            lo_x, hi_x, lo_y, hi_y = x0 + hx + MARGIN, h - hx - MARGIN, y0 + hy + MARGIN, h - hy - MARGIN
+        else:
+            lo_x, hi_x, lo_y, hi_y = -h + hx + MARGIN, h - hx - MARGIN, -h + hy + MARGIN, h - hy - MARGIN
         for _ in range(200):
-            if anchor[k] >= 0:
-                x, y = pos[anchor[k]] + rng.uniform(-spread, spread, size=2)
-            elif region[k] == "room":
-                x, y = rng.uniform(x0 + hx + MARGIN, h - hx - MARGIN), rng.uniform(y0 + hy + MARGIN, h - hy - MARGIN)
+            if near >= 0:
+                dx, dy = uniform(-spread, spread, size=2).tolist()
+                x, y = ax + dx, ay + dy
             else:
-                x, y = rng.uniform(-h + hx + MARGIN, h - hx - MARGIN), rng.uniform(-h + hy + MARGIN, h - hy - MARGIN)
+                x, y = uniform(lo_x, hi_x), uniform(lo_y, hi_y)
             if abs(x) > h - hx or abs(y) > h - hy:
                 continue
-            if region[k] == "outside" and x + hx > x0 and y + hy > y0:
+            if where == "outside" and x + hx > x0 and y + hy > y0:
                 continue
             if _overlaps(x, y, hx, hy, wall_boxes) or _overlaps(x, y, hx, hy, placed):
                 continue
-            pos[k] = x, y
-            placed.append((float(pos[k, 0]), float(pos[k, 1]), hx, hy))
+            pos.append((x, y))
+            placed.append((x, y, hx, hy))
             break
         else:
             return None
-    return np.concatenate([pos, np.zeros((len(half), 1))], axis=1)
+    return np.array([(x, y, 0.0) for x, y in pos], np.float64).reshape(-1, 3)
 
 
 def _overlaps(x: float, y: float, hx: float, hy: float, boxes: list[tuple[float, float, float, float]]) -> bool:

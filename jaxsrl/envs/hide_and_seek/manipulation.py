@@ -164,7 +164,8 @@ class Manipulation:
             m.jnt_limited[self._obj_joints[obj]] = False
         for obj in np.flatnonzero(new):
             obj = int(obj)
-            self.which_locked[obj] = int(self._rng.choice(np.flatnonzero(usable[:, obj] & lock)))
+            pressers = np.flatnonzero(usable[:, obj] & lock)
+            self.which_locked[obj] = int(pressers[self._rng.integers(0, len(pressers))])  # = rng.choice(pressers)
             self.lock_events[self.team[self.which_locked[obj]]] += 1
             joints = self._obj_joints[obj]
             m.jnt_range[joints] = d.qpos[m.jnt_qposadr[joints]][:, None]

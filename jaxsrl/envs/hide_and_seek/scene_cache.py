@@ -56,6 +56,8 @@ game's 63 structures (1-3 hiders, 1-3 seekers, 3-9 boxes) then hit about 40% of 
 and a miss copies the process's template (about 0.8 ms with the new ``MjData``; the
 first miss of a structure in the process compiles it, about 2.2 ms more)."""
 _PARKED_Z = -10.0
+_POS_SIZE = [0, 1, 4, 2, 3, 4]  # Layout.walls columns (cx, cy, hx, hy, height) -> a wall geom's pos, then size
+_HALF_Z = np.array([1.0, 1.0, 0.5, 1.0, 1.0, 0.5])  # the geom's z and z half size: height / 2
 MAX_TEMPLATES = 128
 """Structures whose compiled models the process keeps (``_TEMPLATES``): the full game has
 63, each with one to three wall-slot counts (8-10); a model is about 63 KB
@@ -99,6 +101,8 @@ class _Scene:
     wall_rgba: np.ndarray
     eq_data: np.ndarray  # as compiled (grab rewrites the welds' poses)
     memo: dict = dataclasses.field(default_factory=dict)  # SceneCache.memo while this scene is the last laid out
+    n_used: int = -1  # wall slots switched on by the last layout (-1: none laid out yet)
+    indexes: dict = dataclasses.field(default_factory=dict)  # n walls in use -> the SceneIndex layout returns
 
 
 def _template(cfg: HideAndSeekConfig, layout: Layout, n_walls: int) -> _Template:
@@ -210,22 +214,25 @@ class SceneCache:
         used, unused = g[:n], g[n:]
         if n:
             w = layout.walls
-            m.geom_pos[used] = _r6(np.stack([w[:, 0], w[:, 1], w[:, 4] / 2], 1)).reshape(-1, 3)
-            size = _r6(np.stack([w[:, 2], w[:, 3], w[:, 4] / 2], 1)).reshape(-1, 3)
+            pos_size = _r6(w[:, _POS_SIZE] * _HALF_Z).reshape(-1, 2, 3)  # (x, y, h / 2), (hx, hy, h / 2)
+            size = pos_size[:, 1]
+            m.geom_pos[used] = pos_size[:, 0]
             m.geom_size[used] = size
-            m.geom_aabb[used, :3] = 0.0
             m.geom_aabb[used, 3:] = size
             m.geom_rbound[used] = np.sqrt(np.einsum("ij,ij->i", size, size))
+        if scene.n_used != n:  # else the same slots are in use as in the scene's last layout, switched as they are
+            scene.n_used = n
+            m.geom_aabb[used, :3] = 0.0
             m.geom_contype[used] = scene.wall_contype
             m.geom_conaffinity[used] = scene.wall_conaffinity
             m.geom_group[used] = 1
             m.geom_rgba[used] = scene.wall_rgba
-        if len(unused):
-            m.geom_pos[unused] = (0.0, 0.0, _PARKED_Z)
-            m.geom_contype[unused] = 0
-            m.geom_conaffinity[unused] = 0
-            m.geom_group[unused] = UNUSED_GROUP
-            m.geom_rgba[unused, 3] = 0.0
+            if len(unused):
+                m.geom_pos[unused] = (0.0, 0.0, _PARKED_Z)
+                m.geom_contype[unused] = 0
+                m.geom_conaffinity[unused] = 0
+                m.geom_group[unused] = UNUSED_GROUP
+                m.geom_rgba[unused, 3] = 0.0
         # the world body's BVH (midphase collision) over the floor and the used walls
         aabb, child, nodeid, depth = self._walls_bvh(m, scene, layout.walls)
         k, lo = len(aabb), int(m.body_bvhadr[0])
@@ -257,4 +264,7 @@ class SceneCache:
             # leaves alone: the diagonal of M at qpos0 summed in dof order, over nv
             m.stat.meaninertia = float(np.add.accumulate(m.dof_M0)[-1]) / m.nv
             mujoco.mj_resetData(m, d)
-        return m, d, dataclasses.replace(idx, n_walls=n)
+        index = scene.indexes.get(n)
+        if index is None:
+            index = scene.indexes[n] = dataclasses.replace(idx, n_walls=n)
+        return m, d, index
