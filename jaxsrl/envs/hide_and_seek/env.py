@@ -146,7 +146,7 @@ class HideAndSeekEnv(ParallelEnv):
             act = get(name)
             acts[i] = noop if act is None else act
         batch, rew = self._builder.new(), self._rew
-        last = self._advance(acts, self._own_rows, batch, rew)  # the infos if the episode ended
+        last = self._advance(acts, self._own_rows, batch, rew, True)  # the infos if the episode ended
         infos = self._infos(agents, False, True) if last is None else dict(zip(agents, last))
         return (self._per_agent(batch, agents), dict(zip(agents, rew.tolist())), dict.fromkeys(agents, False),
                 dict.fromkeys(agents, last is not None), infos)
@@ -181,20 +181,23 @@ class HideAndSeekEnv(ParallelEnv):
         return self._advance(actions, rows, obs, reward)
 
     def _advance(self, actions: np.ndarray, rows: np.ndarray, obs: dict[str, np.ndarray],
-                 reward: np.ndarray) -> list[dict] | None:
-        """``step_rows`` on arguments known to be valid (``step``'s own)."""
+                 reward: np.ndarray, own: bool = False) -> list[dict] | None:
+        """``step_rows`` on arguments known to be valid; ``own``: they are ``step``'s own
+        buffers (``_acts``, ``_own_rows``, ``_rew``, ``ObservationBuilder.new()``), whose
+        types the compiled loops bound to them (``kernels.bind``) rely on."""
         in_prep = self._t < self._prep_steps  # seekers are frozen: no motion, no grab, no lock
         grab, lock = self._grab, self._lock
-        kernels.controls(actions, rows, *self._ctrl_args, in_prep, self._ctrl, grab, lock)
+        controls, rewards = self._own_kernels if own else (kernels.controls, kernels.rewards)
+        controls(actions, rows, *self._ctrl_args, in_prep, self._ctrl, grab, lock)
         m = self._manip
         m.apply(grab, lock, self._seen, self._vision.centre_dist)
         physics_ok = self._guard.step(self._n_substeps)
         mujoco.mj_kinematics(self._model, self._data)
         self._t += 1
 
-        self._observe(obs, rows)
+        self._observe(obs, rows, own)
         q = self._qpos  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
-        kernels.rewards(q, self._seen, self._sign, self._idx.n_hiders, in_prep, *self._reward_args, rows, reward,
+        rewards(q, self._seen, self._sign, self._idx.n_hiders, in_prep, *self._reward_args, rows, reward,
                         m.held, self._stats.tally)
         if self._t == self._stats.snapshot_step:
             self._stats.snapshot(q, m.lock_team)
@@ -278,6 +281,13 @@ class HideAndSeekEnv(ParallelEnv):
         self._ctrl_args = (cfg.n_action_bins, self._bin_scale, cfg.action_max, idx.n_hiders)
         self._reward_args = (float(cfg.bounds_size / 2), bool(cfg.penalize_objects_out), float(cfg.boundary_penalty))
         self._n_substeps, self._horizon = cfg.n_substeps, cfg.horizon
+        if parts.own_kernels is None:  # step's controls and rewards on its own buffers, bound once per scene
+            parts.own_kernels = (
+                kernels.bind(kernels.controls, self._acts, self._own_rows, *self._ctrl_args, False, self._ctrl,
+                             self._grab, self._lock),
+                kernels.bind(kernels.rewards, q, self._seen, self._sign, idx.n_hiders, False, *self._reward_args,
+                             self._own_rows, self._rew, self._manip.held, self._stats.tally))
+        self._own_kernels = parts.own_kernels
 
     @staticmethod
     def _per_agent(batch: dict[str, np.ndarray], agents: list[str]) -> dict[str, dict[str, np.ndarray]]:
@@ -285,12 +295,13 @@ class HideAndSeekEnv(ParallelEnv):
         keys = list(batch)  # zip(*values): each array's rows, as views
         return {name: dict(zip(keys, rows)) for name, rows in zip(agents, zip(*batch.values()))}
 
-    def _observe(self, obs: dict[str, np.ndarray], rows: np.ndarray) -> None:
-        """Sense, and write the observation into rows ``rows`` of ``obs`` (``ObservationBuilder.build``)."""
+    def _observe(self, obs: dict[str, np.ndarray], rows: np.ndarray, own: bool = False) -> None:
+        """Sense, and write the observation into rows ``rows`` of ``obs`` (``ObservationBuilder.build``;
+        ``own``: ``obs`` is ``ObservationBuilder.new()``'s and ``rows`` is ``_own_rows``)."""
         m = self._manip
         self._seen, lidar = self._vision.sense(self._data, self._lidar, self._seen)
         self._builder.build(self._qpos, self._qvel, self._seen, lidar, m.locked, m.which_locked, m.held, self._t,
-                            obs, rows)
+                            obs, rows, own)
 
 
 class _SceneParts:
@@ -322,6 +333,7 @@ class _SceneParts:
         self.sizes: bytes | None = None  # box sizes (float64 bytes) of the grab/lock state and observation builder:
         self.manip: Manipulation | None = None  # Manipulation.reset for each episode with these sizes
         self.builder: ObservationBuilder | None = None
+        self.own_kernels: tuple | None = None  # kernels.controls and .rewards bound to step's buffers
 
 
 def make_env(variant: str = "quadrant", render_mode: str | None = None, **overrides: Any) -> HideAndSeekEnv:

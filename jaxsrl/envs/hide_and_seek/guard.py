@@ -41,6 +41,7 @@ class GuardedStep:
         self._state = np.empty(mujoco.mj_stateSize(model, _SPEC))
         self._qvel = data.qvel  # a view of the data's velocities
         self._dt = model.opt.timestep
+        self._below = kernels.bind(kernels.speeds_below, self._qvel, self._limit)  # always these two
         self.retries = 0
 
     def _run(self, nstep: int) -> bool:
@@ -48,7 +49,7 @@ class GuardedStep:
         end = d.time + nstep * self._dt
         mujoco.mj_step(self._m, d, nstep=nstep)
         # NaN fails the comparison; an auto-reset (bad qpos/qvel/qacc) restarts the clock
-        return kernels.speeds_below(self._qvel, self._limit) and abs(d.time - end) < 1e-6
+        return self._below(self._qvel, self._limit) and abs(d.time - end) < 1e-6
 
     def step(self, nstep: int) -> bool:
         """Advance ``nstep`` substeps; False if the physics failed twice (state restored)."""

@@ -104,6 +104,12 @@ class Manipulation:
         self._decide_args = (self.near_radius, self._reach, data.xpos, data.xmat, self._agent_ids, self._obj_ids,
                              self._centre_dz, self._half, self._lockable, self.team, self.which_locked, self.locked,
                              self.held, self._dist, self._usable, self._to_unlock, self._to_lock, self._target)
+        self._bound: tuple = (None,) * 4  # (grab, lock, seen, centre_dist, kernels.manipulate bound to them)
+        # views of the model's and data's arrays that grab and lock edit (they outlive the episode)
+        self._jnt_limited, self._jnt_range, self._eq_data = model.jnt_limited, model.jnt_range, model.eq_data
+        self._eq_active = data.eq_active
+        self._obj_qposadr = model.jnt_qposadr[self._obj_joints]  # [O, 4]
+        self._weld_bodies = [int(b) for b in index.body]  # agents, then objects
         self.reset(rng)
 
     def reset(self, rng: np.random.Generator) -> None:
@@ -149,7 +155,13 @@ class Manipulation:
         The decisions are one compiled call (``kernels.manipulate``); Python edits the
         model only where a lock or a grab changes.
         """
-        lock_change, grab_change = kernels.manipulate(grab, lock, seen, centre_dist, *self._decide_args)
+        b = self._bound
+        if b[0] is grab and b[1] is lock and b[2] is seen and b[3] is centre_dist:  # the same arrays as last time
+            lock_change, grab_change = b[4](grab, lock, seen, centre_dist, *self._decide_args)
+        else:
+            lock_change, grab_change = kernels.manipulate(grab, lock, seen, centre_dist, *self._decide_args)
+            self._bound = (grab, lock, seen, centre_dist,
+                           kernels.bind(kernels.manipulate, grab, lock, seen, centre_dist, *self._decide_args))
         if lock_change:
             self._lock(lock, self._usable)
         if grab_change:
@@ -157,33 +169,33 @@ class Manipulation:
 
     def _lock(self, lock: np.ndarray, usable: np.ndarray) -> None:
         """Apply ``kernels.lock_changes``' decision (in ``_to_unlock``, ``_to_lock``)."""
-        d, m = self._d, self._m
-        to_unlock, to_lock = self._to_unlock, self._to_lock
-        gone, new = to_unlock & self.locked, to_lock & ~self.locked
-        for obj in np.flatnonzero(gone):
-            m.jnt_limited[self._obj_joints[obj]] = False
-        for obj in np.flatnonzero(new):
-            obj = int(obj)
+        to_unlock, to_lock, locked = self._to_unlock, self._to_lock, self.locked
+        limited, ranges, qpos = self._jnt_limited, self._jnt_range, self._d.qpos
+        for obj in np.flatnonzero(to_unlock & locked).tolist():
+            limited[self._obj_joints[obj]] = False
+        for obj in np.flatnonzero(to_lock & ~locked).tolist():
             pressers = np.flatnonzero(usable[:, obj] & lock)
-            self.which_locked[obj] = int(pressers[self._rng.integers(0, len(pressers))])  # = rng.choice(pressers)
-            self.lock_events[self.team[self.which_locked[obj]]] += 1
+            who = int(pressers[self._rng.integers(0, len(pressers))])  # = rng.choice(pressers)
+            self.which_locked[obj] = who
+            self.lock_events[self.team[who]] += 1
             joints = self._obj_joints[obj]
-            m.jnt_range[joints] = d.qpos[m.jnt_qposadr[joints]][:, None]
-            m.jnt_limited[joints] = True
-        self.locked[:] = (self.locked & ~to_unlock) | to_lock  # in place: _decide_args holds it
+            ranges[joints] = qpos[self._obj_qposadr[obj]][:, None]
+            limited[joints] = True
+        locked[:] = (locked & ~to_unlock) | to_lock  # in place: _decide_args holds it
 
     def _grab(self) -> None:
-        """Move the welds to ``kernels.manipulate``'s grab targets (in ``_target``)."""
-        idx, d, m = self._idx, self._d, self._m
-        target = self._target
-        for i in np.flatnonzero(target != self.held):
-            i = int(i)
-            if self.held[i] >= 0:
-                d.eq_active[idx.grab_eq(i, int(self.held[i]))] = 0
-            obj = int(target[i])
+        """Move the welds to ``kernels.manipulate``'s grab targets (in ``_target``): weld
+        ``agent * O + obj`` (``SceneIndex.grab_eq``) on, its pose the object's in the agent's
+        frame (``_relpose``)."""
+        target, held, n_obj = self._target, self.held, self._idx.n_objects
+        active, eq_data, bodies = self._eq_active, self._eq_data, self._weld_bodies
+        for i in np.flatnonzero(target != held).tolist():
+            was, obj = int(held[i]), int(target[i])
+            if was >= 0:
+                active[i * n_obj + was] = 0
             if obj >= 0:
-                e = idx.grab_eq(i, obj)
-                m.eq_data[e, :3] = 0.0
-                m.eq_data[e, 3:10] = _relpose(d, int(idx.body[i]), int(idx.body[idx.n_agents + obj]))
-                d.eq_active[e] = 1
-            self.held[i] = obj
+                e = i * n_obj + obj
+                eq_data[e, :3] = 0.0
+                eq_data[e, 3:10] = _relpose(self._d, bodies[i], bodies[self._idx.n_agents + obj])
+                active[e] = 1
+            held[i] = obj

@@ -119,6 +119,7 @@ class ObservationBuilder:
         self._prep_den = cfg.prep_steps + 1e-5  # prep_obs = min(1, t / (prep_steps + 1e-5))
         self._lock_ramp, self._extra, self._horizon = bool(cfg.lock_ramp), bool(cfg.extra_obs), cfg.horizon
         self._out: tuple = (None, ())  # (the last ``out`` of build, its arrays in _WRITTEN order)
+        self._own_build = None  # kernels.build_observations bound to the arguments of build(own=True)
         t = {k: np.zeros((a,) + shape, np.float32) for k, shape in observation_shapes(cfg).items()}
         self._keys, self._templates = list(t), list(t.values())
         t["self"][:, 8] = self._hider
@@ -136,7 +137,7 @@ class ObservationBuilder:
         return dict(zip(self._keys, map(np.ndarray.copy, self._templates)))
 
     def build(self, qpos, qvel, seen, lidar, locked, which_locked, held, step: int, out: dict[str, np.ndarray],
-              rows: np.ndarray) -> None:
+              rows: np.ndarray, own: bool = False) -> None:
         """Write the per-step columns of the observation after ``step`` env steps.
 
         Args: ``qpos``/``qvel`` ``[M, 4]`` (x, y, z, yaw) and velocities of the movable
@@ -146,10 +147,17 @@ class ObservationBuilder:
         ``out`` ``{key: [R, *shape]}`` float32 arrays whose rows ``rows`` (``[A]`` int64)
         already hold this episode's constant parts (``new()``, or an earlier observation
         of the episode): agent ``i``'s observation is written in row ``rows[i]``.
+        ``own``: ``out`` is ``new()``'s and every other array is of the kinds of the last such
+        call (the env's step), so the compiled loop bound to them (``kernels.bind``) serves.
         """
         if out is not self._out[0]:  # the arrays of the same dict are fetched once
             self._out = (out, _written(out))
-        kernels.build_observations(
-            qpos, qvel, self._rest_z, seen, self.others, self.team, locked, which_locked, held,
-            self._b, self._size_cols, self._lock_ramp, self._extra, step / self._horizon,
-            min(1.0, step / self._prep_den), lidar, rows, *self._out[1])
+        args = (qpos, qvel, self._rest_z, seen, self.others, self.team, locked, which_locked, held,
+                self._b, self._size_cols, self._lock_ramp, self._extra, step / self._horizon,
+                min(1.0, step / self._prep_den), lidar, rows, *self._out[1])
+        if own and self._own_build is not None:
+            self._own_build(*args)
+            return
+        kernels.build_observations(*args)
+        if own:
+            self._own_build = kernels.bind(kernels.build_observations, *args)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from jaxsrl.envs.hide_and_seek import raycast
+from jaxsrl.envs.hide_and_seek import kernels, raycast
 from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig
 from jaxsrl.envs.hide_and_seek.scene import GROUP_AGENT, GROUP_BOX, GROUP_RAMP, GROUP_WALL, SceneIndex
 
@@ -108,7 +108,7 @@ class Vision:
                             m.mesh_face, m.mesh_vertadr, m.mesh_faceadr, m.mesh_facenum, self._tgt_body,
                             self._lidar_range, self._vec, self._dist, self._in_cone, np.empty((a, k)), self._eyes,
                             self._ids, self._hit)
-        self._data_arrays = None  # (data, its arrays) of the last sense
+        self._bound: tuple = (None, None, None)  # (data, seen, lidar, raycast.sense bound to them, data's arrays)
 
     def mujoco_rays(self, data: mujoco.MjData, ids: np.ndarray, hit: np.ndarray) -> None:
         """The ray bundle cast by ``mujoco.mj_multiRay``, one call per observer, into
@@ -134,9 +134,14 @@ class Vision:
         if seen is None:
             seen = np.empty((a, k), np.bool_)
         if self.compiled_rays:  # one compiled call
-            if self._data_arrays is None or self._data_arrays[0] is not data:
-                self._data_arrays = (data, (data.xpos, data.geom_xpos, data.geom_xmat, data.qpos))
-            raycast.sense(*self._data_arrays[1], *self._sense_args, seen, lidar)
+            bound = self._bound
+            if bound[0] is data and bound[1] is seen and bound[2] is lidar:  # the same arrays as last time
+                bound[3](*bound[4], *self._sense_args, seen, lidar)
+                return seen, lidar
+            arrays = (data.xpos, data.geom_xpos, data.geom_xmat, data.qpos)
+            raycast.sense(*arrays, *self._sense_args, seen, lidar)
+            self._bound = (data, seen, lidar, kernels.bind(raycast.sense, *arrays, *self._sense_args, seen, lidar),
+                           arrays)
             return seen, lidar
         raycast.line_of_sight(data.xpos, data.geom_xpos, data.qpos, self._eye_ids, self._tgt_geom,
                               self._facing, self._cos_half, self._vec, self._dist, self._in_cone)
