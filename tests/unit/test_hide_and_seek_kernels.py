@@ -34,7 +34,7 @@ import pytest
 
 from jaxsrl.envs.hide_and_seek import generate_layout, make_config, make_env
 from jaxsrl.envs.hide_and_seek.scene import DOFS_PER_BODY, compile_scene
-from jaxsrl.envs.hide_and_seek import raycast
+from jaxsrl.envs.hide_and_seek import kernels, raycast
 from jaxsrl.envs.hide_and_seek.vision import Vision
 from jaxsrl.envs.multi_agent import MultiAgentVectorEnv
 
@@ -173,3 +173,14 @@ def test_vector_env_group_step_matches_per_env_steps():
         absent += int(np.count_nonzero(~s.valid))
         locked += sum(int(np.count_nonzero(env.lock_team >= 0)) for env in fast.envs)
     assert ended > 0 and absent > 0 and locked > 0  # episodes ended, rows of absent agents, locks
+
+
+def test_bind_gives_the_compiled_loop_for_those_types():
+    # kernels.bind skips Numba's per-call dispatch: it must hand back the compiled overload
+    # of the same loop (the same results), not the dispatcher, and compile one if need be.
+    q = np.array([0.5, -2.0])
+    fast = kernels.bind(kernels.speeds_below, q, 1.0)
+    assert fast is not kernels.speeds_below
+    assert fast(q, 3.0) is True and fast(q, 1.0) is False and fast(np.array([np.nan, 0.0]), 3.0) is False
+    ints = np.array([1, 2], np.int32)  # types no call has used yet: compiled for them
+    assert kernels.bind(kernels.speeds_below, ints, 3)(ints, 3) is True
