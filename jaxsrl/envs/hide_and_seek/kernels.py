@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 import numba
+from numba._dispatcher import compute_fingerprint as _fingerprint  # the dispatcher's key of a value's type
 
 jit = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
 """The decorator of every compiled loop of the game (also ``raycast.py``)."""
@@ -30,13 +31,25 @@ def bind(fn, *args):
     skips Numba's per-call dispatch (reading every argument's type, about 60 ns an array,
     to pick the compiled version): for call sites that pass the same objects, or objects
     made by the same code, at every call. The compiled code does not check its arguments:
-    every call must pass arrays of exactly these dtypes, dimensions and layouts (scalars of
-    these kinds), else it reads memory wrongly. ``fn`` itself where Numba does not compile
-    (``NUMBA_DISABLE_JIT=1``)."""
+    every call must pass arrays of exactly these dtypes, dimensions, layouts and
+    alignment (scalars of these kinds), else it reads memory wrongly. ``fn`` itself where
+    Numba does not compile (``NUMBA_DISABLE_JIT=1``).
+
+    Kept per ``fn`` and the arguments' type fingerprints (Numba's own cache key, about
+    0.1 µs an argument), so binding again for new objects of the same types is cheap.
+    """
     compile_ = getattr(fn, "compile", None)
     if compile_ is None:
         return fn
-    return compile_(tuple(numba.typeof(a) for a in args))
+    key = (fn, *map(_fingerprint, args))
+    bound = _BOUND.get(key)
+    if bound is None:
+        bound = _BOUND[key] = compile_(tuple(numba.typeof(a) for a in args))
+    return bound
+
+
+_BOUND: dict = {}
+"""``bind``'s compiled overloads by (function, argument type fingerprints)."""
 
 
 jit_inline = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False, inline="always")
