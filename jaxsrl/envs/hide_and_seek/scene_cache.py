@@ -102,6 +102,8 @@ class _Scene:
     eq_data: np.ndarray  # as compiled (grab rewrites the welds' poses)
     memo: dict = dataclasses.field(default_factory=dict)  # SceneCache.memo while this scene is the last laid out
     n_used: int = -1  # wall slots switched on by the last layout (-1: none laid out yet)
+    wall_first: int = -1  # the wall geoms are ids wall_first .. wall_last - 1 (-1: not consecutive)
+    wall_last: int = -1
     indexes: dict = dataclasses.field(default_factory=dict)  # n walls in use -> the SceneIndex layout returns
 
 
@@ -179,9 +181,13 @@ class SceneCache:
         model = copy.copy(t.model)
         w0 = int(t.wall_geoms[0])
         adr = int(model.body_geomadr[0])
-        return _Scene(model, mujoco.MjData(model), t.index, t.wall_geoms, t.box_sizes.copy(),
-                      (adr, adr + int(model.body_geomnum[0])), int(model.geom_contype[w0]),
-                      int(model.geom_conaffinity[w0]), model.geom_rgba[w0].copy(), model.eq_data.copy())
+        scene = _Scene(model, mujoco.MjData(model), t.index, t.wall_geoms, t.box_sizes.copy(),
+                       (adr, adr + int(model.body_geomnum[0])), int(model.geom_contype[w0]),
+                       int(model.geom_conaffinity[w0]), model.geom_rgba[w0].copy(), model.eq_data.copy())
+        g = t.wall_geoms
+        if np.array_equal(g, w0 + np.arange(len(g))):
+            scene.wall_first, scene.wall_last = w0, w0 + len(g)
+        return scene
 
     def _box_template(self, size: np.ndarray) -> mujoco.MjModel:
         key = _r6(size).tobytes()
@@ -211,7 +217,10 @@ class SceneCache:
         m, d, idx = scene.model, scene.data, scene.index
         # walls
         g = scene.wall_geoms
-        used, unused = g[:n], g[n:]
+        if scene.wall_first >= 0:  # consecutive ids: slices (cheaper to write through than index arrays)
+            used, unused = slice(scene.wall_first, scene.wall_first + n), slice(scene.wall_first + n, scene.wall_last)
+        else:
+            used, unused = g[:n], g[n:]
         if n:
             w = layout.walls
             pos_size = _r6(w[:, _POS_SIZE] * _HALF_Z).reshape(-1, 2, 3)  # (x, y, h / 2), (hx, hy, h / 2)
@@ -227,7 +236,7 @@ class SceneCache:
             m.geom_conaffinity[used] = scene.wall_conaffinity
             m.geom_group[used] = 1
             m.geom_rgba[used] = scene.wall_rgba
-            if len(unused):
+            if n < len(g):
                 m.geom_pos[unused] = (0.0, 0.0, _PARKED_Z)
                 m.geom_contype[unused] = 0
                 m.geom_conaffinity[unused] = 0
@@ -241,7 +250,8 @@ class SceneCache:
         m.body_bvhnum[0] = k
         # boxes
         sizes = np.asarray(layout.box_sizes, np.float64).reshape(-1, 3)
-        changed = np.flatnonzero(np.any(sizes != scene.box_sizes, axis=1))
+        same = sizes.tobytes() == scene.box_sizes.tobytes()  # the same bits (every quadrant layout)
+        changed = () if same else np.flatnonzero(np.any(sizes != scene.box_sizes, axis=1))
         a = idx.n_agents
         for b in changed:
             t = self._box_template(sizes[b])
