@@ -184,3 +184,24 @@ def test_bind_gives_the_compiled_loop_for_those_types():
     assert fast(q, 3.0) is True and fast(q, 1.0) is False and fast(np.array([np.nan, 0.0]), 3.0) is False
     ints = np.array([1, 2], np.int32)  # types no call has used yet: compiled for them
     assert kernels.bind(kernels.speeds_below, ints, 3)(ints, 3) is True
+
+
+def test_step_rows_takes_any_integer_actions_and_float_rewards():
+    # step_rows' compiled loops are bound per type of the caller's arrays (env._row_kernels):
+    # actions and rewards whose types change from step to step must give the same results.
+    def run(action_types, reward_types):
+        env = make_env("quadrant")
+        first, _ = env.reset(seed=3)
+        rows = np.arange(len(env.agents), dtype=np.int64)
+        obs = {k: np.stack([first[a][k] for a in env.agents]) for k in first[env.agents[0]]}
+        rng = np.random.default_rng(0)
+        out = []
+        for t in range(40):
+            acts = rng.integers(0, [11, 11, 11, 2, 2], size=(len(rows), 5)).astype(action_types[t % len(action_types)])
+            rew = np.zeros(len(rows), reward_types[t % len(reward_types)])
+            env.step_rows(acts, rows, obs, rew)
+            out.append(np.concatenate([rew.astype(np.float64)] + [v.ravel().astype(np.float64) for v in obs.values()]))
+        return np.array(out)
+
+    reference = run([np.int64], [np.float32])
+    np.testing.assert_array_equal(run([np.int32, np.int64, np.int16], [np.float64, np.float32]), reference)

@@ -79,6 +79,7 @@ class HideAndSeekEnv(ParallelEnv):
         self._prep_steps = cfg.prep_steps
         self._rng = np.random.default_rng()
         self._scenes = SceneCache(cfg)
+        self._rows_bound: dict = {}  # step_rows' compiled loops by its arrays' type fingerprints (_row_kernels)
         self._model: mujoco.MjModel | None = None
         self._data: mujoco.MjData | None = None
         self.layout: Layout | None = None
@@ -131,7 +132,7 @@ class HideAndSeekEnv(ParallelEnv):
             layout = generate_layout(self.config, self._rng)
         self._setup(layout)
         batch = self._builder.new()
-        self._observe(batch, self._own_rows)
+        self._observe(batch, self._own_rows, True)
         return self._per_agent(batch, self.agents), {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]):
@@ -187,7 +188,7 @@ class HideAndSeekEnv(ParallelEnv):
         types the compiled loops bound to them (``kernels.bind``) rely on."""
         in_prep = self._t < self._prep_steps  # seekers are frozen: no motion, no grab, no lock
         grab, lock = self._grab, self._lock
-        controls, rewards = self._own_kernels if own else (kernels.controls, kernels.rewards)
+        controls, rewards = self._own_kernels if own else self._row_kernels(actions, rows, reward, in_prep)
         controls(actions, rows, *self._ctrl_args, in_prep, self._ctrl, grab, lock)
         m = self._manip
         m.apply(grab, lock, self._seen, self._vision.centre_dist)
@@ -207,6 +208,24 @@ class HideAndSeekEnv(ParallelEnv):
             reward[rows] = 0.0
         agents, self.agents = self.agents, []
         return list(self._infos(agents, True, physics_ok).values())
+
+    def _row_kernels(self, actions: np.ndarray, rows: np.ndarray, reward: np.ndarray, in_prep: bool) -> tuple:
+        """``kernels.controls`` and ``kernels.rewards`` bound (``kernels.bind``) to the types of
+        ``step_rows``' arrays, kept per their type fingerprints (every other argument is the
+        env's own, of the same types in every scene); the dispatchers where those are not
+        arrays."""
+        try:
+            key = (kernels.fingerprint(actions), kernels.fingerprint(rows), kernels.fingerprint(reward))
+        except (TypeError, ValueError):
+            return kernels.controls, kernels.rewards
+        pair = self._rows_bound.get(key)
+        if pair is None:
+            pair = self._rows_bound[key] = (
+                kernels.bind(kernels.controls, actions, rows, *self._ctrl_args, in_prep, self._ctrl, self._grab,
+                             self._lock),
+                kernels.bind(kernels.rewards, self._qpos, self._seen, self._sign, self._idx.n_hiders, in_prep,
+                             *self._reward_args, rows, reward, self._manip.held, self._stats.tally))
+        return pair
 
     def _infos(self, agents: list[str], done: bool, physics_ok: bool) -> dict[str, dict]:
         """The infos of the step just taken, new dicts keyed by ``agents`` (the episode's)."""

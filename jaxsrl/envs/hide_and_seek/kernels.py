@@ -22,9 +22,9 @@ import math
 import numba
 
 try:  # the dispatcher's own key of a value's type (C, about 0.1 us)
-    from numba._dispatcher import compute_fingerprint as _fingerprint
+    from numba._dispatcher import compute_fingerprint as fingerprint
 except ImportError:  # a Numba without it: the type itself (about 8 us an argument)
-    _fingerprint = numba.typeof
+    fingerprint = numba.typeof
 
 jit = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
 """The decorator of every compiled loop of the game (also ``raycast.py``)."""
@@ -45,7 +45,7 @@ def bind(fn, *args):
     compile_ = getattr(fn, "compile", None)
     if compile_ is None:
         return fn
-    key = (fn, *map(_fingerprint, args))
+    key = (fn, *map(fingerprint, args))
     bound = _BOUND.get(key)
     if bound is None:
         bound = _BOUND[key] = compile_(tuple(numba.typeof(a) for a in args))

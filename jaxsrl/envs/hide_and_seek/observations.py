@@ -120,6 +120,7 @@ class ObservationBuilder:
         self._lock_ramp, self._extra, self._horizon = bool(cfg.lock_ramp), bool(cfg.extra_obs), cfg.horizon
         self._out: tuple = (None, ())  # (the last ``out`` of build, its arrays in _WRITTEN order)
         self._own_build = None  # kernels.build_observations bound to the arguments of build(own=True)
+        self._rows_build: tuple = (None, None, None)  # (out, rows' type fingerprint, the loop bound to them)
         t = {k: np.zeros((a,) + shape, np.float32) for k, shape in observation_shapes(cfg).items()}
         self._keys, self._templates = list(t), list(t.values())
         t["self"][:, 8] = self._hider
@@ -148,16 +149,21 @@ class ObservationBuilder:
         already hold this episode's constant parts (``new()``, or an earlier observation
         of the episode): agent ``i``'s observation is written in row ``rows[i]``.
         ``own``: ``out`` is ``new()``'s and every other array is of the kinds of the last such
-        call (the env's step), so the compiled loop bound to them (``kernels.bind``) serves.
+        call (the env's step), so the compiled loop bound to them (``kernels.bind``) serves;
+        else it is bound again when ``out`` is another dict or ``rows`` of another type.
         """
         if out is not self._out[0]:  # the arrays of the same dict are fetched once
             self._out = (out, _written(out))
         args = (qpos, qvel, self._rest_z, seen, self.others, self.team, locked, which_locked, held,
                 self._b, self._size_cols, self._lock_ramp, self._extra, step / self._horizon,
                 min(1.0, step / self._prep_den), lidar, rows, *self._out[1])
-        if own and self._own_build is not None:
+        if own:  # new()'s arrays
+            if self._own_build is None:
+                self._own_build = kernels.bind(kernels.build_observations, *args)
             self._own_build(*args)
             return
-        kernels.build_observations(*args)
-        if own:
-            self._own_build = kernels.bind(kernels.build_observations, *args)
+        rows_type = kernels.fingerprint(rows)
+        bound = self._rows_build
+        if bound[0] is not out or bound[1] != rows_type:  # the same dict holds the same arrays (as _out assumes)
+            bound = self._rows_build = (out, rows_type, kernels.bind(kernels.build_observations, *args))
+        bound[2](*args)
