@@ -198,8 +198,8 @@ class HideAndSeekEnv(ParallelEnv):
 
         self._observe(obs, rows, own)
         q = self._qpos  # penalties replace the reward, and are zero in prep (mae:limit_mvmnt.py:44-55)
-        rewards(q, self._seen, self._sign, self._idx.n_hiders, in_prep, *self._reward_args, rows, reward,
-                        m.held, self._stats.tally)
+        rewards(q, self._seen, self._sign, self._idx.n_hiders, in_prep, *self._reward_args, rows, reward, m.held,
+                self._stats.tally)
         if self._t == self._stats.snapshot_step:
             self._stats.snapshot(q, m.lock_team)
         if physics_ok and self._t < self._horizon:
@@ -328,8 +328,8 @@ class _SceneParts:
     team and object counts, here with ``index.n_walls`` walls in use) share: views of the
     data, the ray casts (``Vision``: built from the model's geoms alone), the physics guard,
     the step's buffers, each written by every step before it is read, and the grab/lock
-    state and observation builder of the last box sizes (``Manipulation.reset`` per episode). Built at the
-    scene's first episode and kept in ``SceneCache.memo``."""
+    state and observation builder of the last box sizes (``Manipulation.reset`` per
+    episode). Built at the scene's first episode and kept in ``SceneCache.memo``."""
 
     def __init__(self, cfg: HideAndSeekConfig, model: mujoco.MjModel, data: mujoco.MjData, index):
         n = DOFS_PER_BODY * len(index.body)
