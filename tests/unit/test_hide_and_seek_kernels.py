@@ -205,3 +205,22 @@ def test_step_rows_takes_any_integer_actions_and_float_rewards():
 
     reference = run([np.int64], [np.float32])
     np.testing.assert_array_equal(run([np.int32, np.int64, np.int16], [np.float64, np.float32]), reference)
+
+
+def test_step_rows_refuses_arrays_of_the_other_byte_order_and_steps_after_close():
+    # Numba's type fingerprint does not tell byte orders apart: a big-endian array would reuse
+    # the native loop bound to that key and be misread, so step_rows refuses it by name.
+    env = make_env("quadrant")
+    first, _ = env.reset(seed=3)
+    rows = np.arange(len(env.agents), dtype=np.int64)
+    obs = {k: np.stack([first[a][k] for a in env.agents]) for k in first[env.agents[0]]}
+    acts = np.full((len(rows), 5), 5, np.int64)
+    env.step_rows(acts, rows, obs, np.zeros(len(rows)))  # binds the native key
+    with pytest.raises(ValueError, match=">i8"):
+        env.step_rows(acts.astype(">i8"), rows, obs, np.zeros(len(rows)))
+    with pytest.raises(ValueError, match=">f8"):
+        env.step_rows(acts, rows, obs, np.zeros(len(rows), ">f8"))
+    env.close()
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step_rows(acts, rows, obs, np.zeros(len(rows)))
+    assert env.agents == []

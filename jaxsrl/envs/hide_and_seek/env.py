@@ -163,7 +163,8 @@ class HideAndSeekEnv(ParallelEnv):
           rows: ``[n]`` int64 (``n = len(agents)``).
           obs: ``{key: [R, *shape]}`` float32 (the keys of ``observation_space``); rows
             ``rows`` must hold an observation of this episode (the reset's, or the last
-            step's): only the per-step columns are written.
+            step's): only the per-step columns are written. A dict passed again must hold
+            the same, writable arrays (the arrays are looked up once per dict).
           reward: ``[R]`` float out; agent ``i``'s reward is written to ``reward[rows[i]]``.
 
         Returns:
@@ -172,13 +173,17 @@ class HideAndSeekEnv(ParallelEnv):
           then, after which ``reset`` is due.
 
         Raises:
-          RuntimeError: the episode is over. ValueError: ``actions`` not integer ``[R, 5]``.
+          RuntimeError: the episode is over. ValueError: ``actions`` not integer ``[R, 5]``,
+          ``reward`` not float, either not in the machine's byte order.
         """
         if not self.agents:
             raise RuntimeError("episode is over: call reset()")
-        if actions.ndim != 2 or actions.shape[1] != len(ACTION_DIMS) or actions.dtype.kind not in "iu":
-            raise ValueError(f"actions must be an integer array of shape [rows, {len(ACTION_DIMS)}], "
-                             f"got {actions.dtype} {actions.shape}")
+        if (actions.ndim != 2 or actions.shape[1] != len(ACTION_DIMS) or actions.dtype.kind not in "iu"
+                or not actions.dtype.isnative):
+            raise ValueError(f"actions must be a native-order integer array of shape [rows, {len(ACTION_DIMS)}], "
+                             f"got {actions.dtype.str} {actions.shape}")
+        if reward.dtype.kind != "f" or not reward.dtype.isnative:
+            raise ValueError(f"reward must be a native-order float array, got {reward.dtype.str}")
         return self._advance(actions, rows, obs, reward)
 
     def _advance(self, actions: np.ndarray, rows: np.ndarray, obs: dict[str, np.ndarray],
@@ -213,10 +218,12 @@ class HideAndSeekEnv(ParallelEnv):
         """``kernels.controls`` and ``kernels.rewards`` bound (``kernels.bind``) to the types of
         ``step_rows``' arrays, kept per their type fingerprints (every other argument is the
         env's own, of the same types in every scene); the dispatchers where those are not
-        arrays."""
+        native-order arrays."""
         try:
-            key = (kernels.fingerprint(actions), kernels.fingerprint(rows), kernels.fingerprint(reward))
+            key = kernels.type_key(actions, rows, reward)
         except (TypeError, ValueError):
+            key = None
+        if key is None:  # not arrays, or of another byte order: Numba's dispatcher decides
             return kernels.controls, kernels.rewards
         pair = self._rows_bound.get(key)
         if pair is None:
@@ -252,6 +259,7 @@ class HideAndSeekEnv(ParallelEnv):
 
     def close(self) -> None:
         self._model = self._data = None
+        self.agents = []  # step refuses until reset
         self._scenes = SceneCache(self.config)
 
     # --- internals -------------------------------------------------------------------

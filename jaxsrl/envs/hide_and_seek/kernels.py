@@ -43,13 +43,25 @@ def bind(fn, *args):
     0.1 µs an argument), so binding again for new objects of the same types is cheap.
     """
     compile_ = getattr(fn, "compile", None)
-    if compile_ is None:
+    types = type_key(*args)
+    if compile_ is None or types is None:
         return fn
-    key = (fn, *map(fingerprint, args))
+    key = (fn, *types)
     bound = _BOUND.get(key)
     if bound is None:
         bound = _BOUND[key] = compile_(tuple(numba.typeof(a) for a in args))
     return bound
+
+
+def type_key(*args) -> tuple | None:
+    """Numba's type fingerprints of ``args`` (dtype, dimensions, layout, writability), or
+    None where one is an array of non-native byte order, which the fingerprint does not
+    tell from native (Numba's dispatcher refuses such arrays; ``bind`` leaves them to it)."""
+    for a in args:
+        dtype = getattr(a, "dtype", None)
+        if dtype is not None and not dtype.isnative:
+            return None
+    return tuple(map(fingerprint, args))
 
 
 _BOUND: dict = {}

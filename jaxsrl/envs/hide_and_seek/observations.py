@@ -162,8 +162,8 @@ class ObservationBuilder:
                 self._own_build = kernels.bind(kernels.build_observations, *args)
             self._own_build(*args)
             return
-        rows_type = kernels.fingerprint(rows)
+        rows_type = kernels.type_key(rows)
         bound = self._rows_build
-        if bound[0] is not out or bound[1] != rows_type:  # the same dict holds the same arrays (as _out assumes)
+        if bound[0] is not out or bound[1] != rows_type or rows_type is None:  # a dict holds the same arrays
             bound = self._rows_build = (out, rows_type, kernels.bind(kernels.build_observations, *args))
         bound[2](*args)
