@@ -68,7 +68,7 @@ class Manipulation:
         box_sizes: np.ndarray,
         rng: np.random.Generator,
     ):
-        self._m, self._d, self._idx = model, data, index
+        self._d, self._idx = data, index
         self._reach = float(cfg.grab_reach)
         a, o, b = index.n_agents, index.n_objects, index.n_boxes
         self.team = np.array([HIDER] * index.n_hiders + [SEEKER] * index.n_seekers, np.int64)
@@ -156,12 +156,10 @@ class Manipulation:
         model only where a lock or a grab changes.
         """
         b = self._bound
-        if b[0] is grab and b[1] is lock and b[2] is seen and b[3] is centre_dist:  # the same arrays as last time
-            lock_change, grab_change = b[4](grab, lock, seen, centre_dist, *self._decide_args)
-        else:
-            lock_change, grab_change = kernels.manipulate(grab, lock, seen, centre_dist, *self._decide_args)
-            self._bound = (grab, lock, seen, centre_dist,
-                           kernels.bind(kernels.manipulate, grab, lock, seen, centre_dist, *self._decide_args))
+        if not (b[0] is grab and b[1] is lock and b[2] is seen and b[3] is centre_dist):  # bound to other arrays
+            b = self._bound = (grab, lock, seen, centre_dist,
+                               kernels.bind(kernels.manipulate, grab, lock, seen, centre_dist, *self._decide_args))
+        lock_change, grab_change = b[4](grab, lock, seen, centre_dist, *self._decide_args)
         if lock_change:
             self._lock(lock, self._usable)
         if grab_change:

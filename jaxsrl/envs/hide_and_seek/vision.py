@@ -134,14 +134,12 @@ class Vision:
         if seen is None:
             seen = np.empty((a, k), np.bool_)
         if self.compiled_rays:  # one compiled call
-            bound = self._bound
-            if bound[0] is data and bound[1] is seen and bound[2] is lidar:  # the same arrays as last time
-                bound[3](*bound[4], *self._sense_args, seen, lidar)
-                return seen, lidar
-            arrays = (data.xpos, data.geom_xpos, data.geom_xmat, data.qpos)
-            raycast.sense(*arrays, *self._sense_args, seen, lidar)
-            self._bound = (data, seen, lidar, kernels.bind(raycast.sense, *arrays, *self._sense_args, seen, lidar),
-                           arrays)
+            b = self._bound
+            if not (b[0] is data and b[1] is seen and b[2] is lidar):  # bound to other arrays
+                arrays = (data.xpos, data.geom_xpos, data.geom_xmat, data.qpos)
+                b = self._bound = (data, seen, lidar,
+                                   kernels.bind(raycast.sense, *arrays, *self._sense_args, seen, lidar), arrays)
+            b[3](*b[4], *self._sense_args, seen, lidar)
             return seen, lidar
         raycast.line_of_sight(data.xpos, data.geom_xpos, data.qpos, self._eye_ids, self._tgt_geom,
                               self._facing, self._cos_half, self._vec, self._dist, self._in_cone)
