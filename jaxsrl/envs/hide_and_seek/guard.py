@@ -23,7 +23,7 @@ import numpy as np
 
 from jaxsrl.envs.hide_and_seek import kernels
 
-_SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
+_SPEC = int(mujoco.mjtState.mjSTATE_INTEGRATION)  # an int: the binding converts an enum member on every call
 _CG = int(mujoco.mjtSolver.mjSOL_CG)
 
 

@@ -104,7 +104,7 @@ class Manipulation:
         self._decide_args = (self.near_radius, self._reach, data.xpos, data.xmat, self._agent_ids, self._obj_ids,
                              self._centre_dz, self._half, self._lockable, self.team, self.which_locked, self.locked,
                              self.held, self._dist, self._usable, self._to_unlock, self._to_lock, self._target)
-        self._bound: tuple = (None,) * 4  # (grab, lock, seen, centre_dist, kernels.manipulate bound to them)
+        self._bound: tuple = (None,) * 4  # (grab, lock, seen, centre_dist, kernels.manipulate bound to them, its arguments)
         # views of the model's and data's arrays that grab and lock edit (they outlive the episode)
         self._jnt_limited, self._jnt_range, self._eq_data = model.jnt_limited, model.jnt_range, model.eq_data
         self._eq_active = data.eq_active
@@ -157,9 +157,9 @@ class Manipulation:
         """
         b = self._bound
         if not (b[0] is grab and b[1] is lock and b[2] is seen and b[3] is centre_dist):  # bound to other arrays
-            b = self._bound = (grab, lock, seen, centre_dist,
-                               kernels.bind(kernels.manipulate, grab, lock, seen, centre_dist, *self._decide_args))
-        lock_change, grab_change = b[4](grab, lock, seen, centre_dist, *self._decide_args)
+            args = (grab, lock, seen, centre_dist, *self._decide_args)
+            b = self._bound = (grab, lock, seen, centre_dist, kernels.bind(kernels.manipulate, *args), args)
+        lock_change, grab_change = b[4](*b[5])
         if lock_change:
             self._lock(lock, self._usable)
         if grab_change:

@@ -108,7 +108,7 @@ class Vision:
                             m.mesh_face, m.mesh_vertadr, m.mesh_faceadr, m.mesh_facenum, self._tgt_body,
                             self._lidar_range, self._vec, self._dist, self._in_cone, np.empty((a, k)), self._eyes,
                             self._ids, self._hit)
-        self._bound: tuple = (None, None, None)  # (data, seen, lidar, raycast.sense bound to them, data's arrays)
+        self._bound: tuple = (None, None, None)  # (data, seen, lidar, raycast.sense bound to them, its arguments)
 
     def mujoco_rays(self, data: mujoco.MjData, ids: np.ndarray, hit: np.ndarray) -> None:
         """The ray bundle cast by ``mujoco.mj_multiRay``, one call per observer, into
@@ -136,10 +136,9 @@ class Vision:
         if self.compiled_rays:  # one compiled call
             b = self._bound
             if not (b[0] is data and b[1] is seen and b[2] is lidar):  # bound to other arrays
-                arrays = (data.xpos, data.geom_xpos, data.geom_xmat, data.qpos)
-                b = self._bound = (data, seen, lidar,
-                                   kernels.bind(raycast.sense, *arrays, *self._sense_args, seen, lidar), arrays)
-            b[3](*b[4], *self._sense_args, seen, lidar)
+                args = (data.xpos, data.geom_xpos, data.geom_xmat, data.qpos, *self._sense_args, seen, lidar)
+                b = self._bound = (data, seen, lidar, kernels.bind(raycast.sense, *args), args)
+            b[3](*b[4])
             return seen, lidar
         raycast.line_of_sight(data.xpos, data.geom_xpos, data.qpos, self._eye_ids, self._tgt_geom,
                               self._facing, self._cos_half, self._vec, self._dist, self._in_cone)
