@@ -89,7 +89,7 @@ def physics_steps_per_second(variant: str, steps: int, seed: int = 0,
         t0 = clock()
         for k in range(n):
             d.ctrl[:] = ctrl[k]
-            mujoco.mj_step(m, d, nstep=n_sub)
+            mujoco.mj_step(m, d, n_sub)
         elapsed += clock() - t0
         done += n
         env.reset()
@@ -126,7 +126,7 @@ def _replay(model: mujoco.MjModel, data: mujoco.MjData, steps: list, clock) -> f
         model.jnt_range[:] = jrange
         mujoco.mj_setState(model, data, state, _STATE)
         t0 = clock()
-        mujoco.mj_step(model, data, nstep=nstep)
+        mujoco.mj_step(model, data, nstep)  # positional, as the env calls it
         elapsed += clock() - t0
     return elapsed
 

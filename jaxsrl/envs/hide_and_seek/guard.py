@@ -47,7 +47,7 @@ class GuardedStep:
     def _run(self, nstep: int) -> bool:
         d = self._d
         end = d.time + nstep * self._dt
-        mujoco.mj_step(self._m, d, nstep=nstep)
+        mujoco.mj_step(self._m, d, nstep)  # positional: the binding is slower with keywords
         # NaN fails the comparison; an auto-reset (bad qpos/qvel/qacc) restarts the clock
         return self._below(self._qvel, self._limit) and abs(d.time - end) < 1e-6
 
