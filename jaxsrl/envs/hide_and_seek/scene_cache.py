@@ -79,6 +79,14 @@ _TEMPLATES: collections.OrderedDict[tuple, list[_Template]] = collections.Ordere
 by every ``SceneCache`` of the process (an actor's envs), least recently used structure
 dropped first past ``MAX_TEMPLATES``: a ``SceneCache`` miss for a structure seen before
 copies one instead of compiling."""
+MAX_BOX_TEMPLATES = 64
+"""Box sizes whose one-box models the process keeps (``_BOX_TEMPLATES``): three in the
+full game (the cube and an elongated box along x or y), each model a few KB."""
+_BOX_TEMPLATES: collections.OrderedDict[tuple, mujoco.MjModel] = collections.OrderedDict()
+"""One-box models per (config, box size rounded as the MJCF text carries it), from which a
+layout's box of another size takes its mass, inertia and bounds (``SceneCache.layout``);
+shared by every ``SceneCache`` of the process, as ``_TEMPLATES`` (each new env compiled
+its own, about 1 ms a size), least recently used dropped first past ``MAX_BOX_TEMPLATES``."""
 
 
 def _r6(values) -> np.ndarray:
@@ -148,7 +156,6 @@ class SceneCache:
         self._min_walls = int(min_walls)
         self._max_scenes = int(max_scenes)
         self._scenes: collections.OrderedDict[tuple[int, int, int, int], _Scene] = collections.OrderedDict()
-        self._box_templates: dict[bytes, mujoco.MjModel] = {}
         self.memo: dict = {}
         """A dict kept with the scene ``layout`` returned last (empty when new, dropped with the
         scene): for what a caller derives from the model, the data and the counts alone, to
@@ -190,13 +197,18 @@ class SceneCache:
         return scene
 
     def _box_template(self, size: np.ndarray) -> mujoco.MjModel:
-        key = _r6(size).tobytes()
-        if key not in self._box_templates:
+        """The process's compiled one-box model of box size ``size`` (``_BOX_TEMPLATES``)."""
+        key = (self._cfg, _r6(size).tobytes())
+        model = _BOX_TEMPLATES.get(key)
+        if model is None:
             one = Layout(walls=np.zeros((0, 5)), hiders=np.zeros((1, 3)), seekers=np.zeros((1, 3)),
                          boxes=np.zeros((1, 3)), box_sizes=np.asarray(size, np.float64).reshape(1, 3),
                          ramps=np.zeros((0, 3)))
-            self._box_templates[key] = mujoco.MjModel.from_xml_string(build_mjcf(self._cfg, one))
-        return self._box_templates[key]
+            model = _BOX_TEMPLATES[key] = mujoco.MjModel.from_xml_string(build_mjcf(self._cfg, one))
+            while len(_BOX_TEMPLATES) > MAX_BOX_TEMPLATES:
+                _BOX_TEMPLATES.popitem(last=False)
+        _BOX_TEMPLATES.move_to_end(key)
+        return model
 
     def layout(self, layout: Layout) -> tuple[mujoco.MjModel, mujoco.MjData, SceneIndex]:
         """The model, its reset ``MjData`` and index for ``layout`` (qpos not yet written).
