@@ -225,8 +225,10 @@ def _bounds(geom_xpos, geom_xmat, geom_size, geom_type, geom_rbound, g, px, py, 
     (``_ray_range``) that can meet them. The bounds: the world-aligned bounding box of a
     box, widened by ``_box_extent``'s margins; the bounding sphere (``geom_rbound``,
     1e-6 relative and 1e-9 m wider) otherwise. Lidar rays are horizontal, so a ray that
-    meets the bounds lies within their angular extent seen from ``p`` in the x-y plane;
-    every ray when ``p`` lies inside that extent's footprint."""
+    meets the bounds lies within their angular extent seen from ``p`` in the x-y plane
+    (a box's: between its two silhouette corners, two ``_atan2`` calls; each is within
+    ``ATAN_ERR`` of the true angle, and ``ANGLE_TOL`` covers two such errors); every ray
+    when ``p`` lies inside that extent's footprint."""
     dx, dy, dz = geom_xpos[g, 0] - px, geom_xpos[g, 1] - py, geom_xpos[g, 2] - pz
     if geom_type[g] == BOX:  # its world-aligned bounding box: tighter than the sphere
         ex, ey, ez = _box_extent(geom_xmat, geom_size, g)
@@ -235,17 +237,24 @@ def _bounds(geom_xpos, geom_xmat, geom_size, geom_type, geom_rbound, g, px, py, 
         near = math.sqrt(ox * ox + oy * oy + oz * oz)
         if ox <= 0.0 and oy <= 0.0:  # the origin above or below it: every lidar ray
             return near, 0, n_lidar - 1
-        centre = _atan2(dy, dx)
-        rmin, rmax = math.inf, -math.inf
-        for sx in (-1.0, 1.0):
-            for sy in (-1.0, 1.0):
-                r = _atan2(dy + sy * ey, dx + sx * ex) - centre
-                if r > math.pi:
-                    r -= 2.0 * math.pi
-                elif r < -math.pi:
-                    r += 2.0 * math.pi
-                rmin, rmax = min(rmin, r), max(rmax, r)
-        a, b = _ray_range(centre + rmin, centre + rmax, step, n_lidar)
+        # the box's silhouette corners seen from p (outside its footprint): the ends of the
+        # near face when p faces a side, else the two corners beside the nearest one
+        if ox <= 0.0:  # p within the box's x extent: facing a y face
+            sy = -1.0 if dy > 0.0 else 1.0
+            x0, y0, x1, y1 = dx - ex, dy + sy * ey, dx + ex, dy + sy * ey
+        elif oy <= 0.0:  # facing an x face
+            sx = -1.0 if dx > 0.0 else 1.0
+            x0, y0, x1, y1 = dx + sx * ex, dy - ey, dx + sx * ex, dy + ey
+        else:  # in a corner region
+            sx = -1.0 if dx > 0.0 else 1.0
+            sy = -1.0 if dy > 0.0 else 1.0
+            x0, y0, x1, y1 = dx - sx * ex, dy + sy * ey, dx + sx * ex, dy - sy * ey
+        lo, hi = _atan2(y0, x0), _atan2(y1, x1)
+        if x0 * y1 - y0 * x1 < 0.0:  # counter-clockwise from lo to hi (the extent spans less than pi)
+            lo, hi = hi, lo
+        if hi < lo:  # across the -x axis
+            hi += 2.0 * math.pi
+        a, b = _ray_range(lo, hi, step, n_lidar)
         return near, a, b
     d = math.sqrt(dx * dx + dy * dy)
     rb = geom_rbound[g] * 1.000001 + 1e-9  # rounding: a little wider than the sphere
