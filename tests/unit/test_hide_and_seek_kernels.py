@@ -224,3 +224,41 @@ def test_step_rows_refuses_arrays_of_the_other_byte_order_and_steps_after_close(
     with pytest.raises(RuntimeError, match="call reset"):
         env.step_rows(acts, rows, obs, np.zeros(len(rows)))
     assert env.agents == []
+
+
+def test_step_rows_refuses_rows_and_observation_arrays_it_would_write_outside():
+    # step_rows' compiled loops index without bounds checks: a row outside the arrays, or an
+    # obs array of another shape, is refused by name before anything is stepped or written.
+    env, ref = make_env("quadrant"), make_env("quadrant")
+    first, _ = env.reset(seed=3)
+    ref.reset(seed=3)
+    n = len(env.agents)
+    rows = np.arange(n, dtype=np.int64)
+    obs = {k: np.stack([first[a][k] for a in env.agents]) for k in first[env.agents[0]]}
+    acts = np.full((n, 5), 5, np.int64)
+    rew = np.zeros(n)
+    for bad in ([0, 1, 2, n], [-1, 1, 2, 3], [0, 1, 2, 10**6]):
+        with pytest.raises(ValueError, match=rf"rows must lie in 0\.\.{n - 1}.*{bad[0]}"):
+            env.step_rows(acts, np.array(bad, np.int64), obs, rew)
+    with pytest.raises(ValueError, match=rf"rows must be .* shape \[{n}\]"):
+        env.step_rows(acts, rows[:-1], obs, rew)
+    with pytest.raises(ValueError, match=r"rows must lie in 0\.\.1 "):  # the fewest rows of any array
+        env.step_rows(acts, rows, {**obs, "lidar": obs["lidar"][:2]}, rew)
+    with pytest.raises(ValueError, match=r"rows must lie in 0\.\.2 "):
+        env.step_rows(acts[:3], rows, obs, rew)
+    with pytest.raises(ValueError, match=r"obs\['boxes'\] must be .* got float32 \(4, 1, "):
+        env.step_rows(acts, rows, {**obs, "boxes": obs["boxes"][:, :1]}, rew)
+    with pytest.raises(ValueError, match=r"obs\['ramps_mask'\] .* got missing"):
+        env.step_rows(acts, rows, {k: v for k, v in obs.items() if k != "ramps_mask"}, rew)
+    frozen = {k: v.copy() for k, v in obs.items()}
+    frozen["self"].flags.writeable = False
+    with pytest.raises(ValueError, match=r"obs\['self'\] .* got read-only float32"):
+        env.step_rows(acts, rows, frozen, rew)
+    with pytest.raises(ValueError, match=r"reward must be .* shape \[rows\]"):
+        env.step_rows(acts, rows, obs, np.zeros((n, 1)))
+    # nothing was stepped: the next valid step is the reference env's first
+    env.step_rows(acts, rows, obs, rew)
+    got, want = ref.step({a: acts[i] for i, a in enumerate(ref.agents)})[0], obs
+    for i, a in enumerate(ref.agents):
+        for k in want:
+            np.testing.assert_array_equal(want[k][i], got[a][k])

@@ -80,6 +80,8 @@ class HideAndSeekEnv(ParallelEnv):
         self._rng = np.random.default_rng()
         self._scenes = SceneCache(cfg)
         self._rows_bound: dict = {}  # step_rows' compiled loops by its arrays' type fingerprints (_row_kernels)
+        self._obs_shapes = observation_shapes(cfg)
+        self._obs_checked: tuple = (None, 0)  # (the last obs dict step_rows checked, its arrays' fewest rows)
         self._model: mujoco.MjModel | None = None
         self._data: mujoco.MjData | None = None
         self.layout: Layout | None = None
@@ -173,8 +175,11 @@ class HideAndSeekEnv(ParallelEnv):
           then, after which ``reset`` is due.
 
         Raises:
-          RuntimeError: the episode is over. ValueError: ``actions`` not integer ``[R, 5]``,
-          ``reward`` not float, either not in the machine's byte order.
+          RuntimeError: the episode is over. ValueError (nothing stepped or written):
+          ``actions`` not integer ``[R, 5]``, ``reward`` not float ``[R]``, ``rows`` not
+          integer ``[n]``, either of them not in the machine's byte order; a row outside
+          ``actions``, ``reward`` or an ``obs`` array; an ``obs`` key missing, or its array
+          not a writable float32 ``[R, *shape]`` of ``observation_space``'s shape.
         """
         if not self.agents:
             raise RuntimeError("episode is over: call reset()")
@@ -182,9 +187,41 @@ class HideAndSeekEnv(ParallelEnv):
                 or not actions.dtype.isnative):
             raise ValueError(f"actions must be a native-order integer array of shape [rows, {len(ACTION_DIMS)}], "
                              f"got {actions.dtype.str} {actions.shape}")
-        if reward.dtype.kind != "f" or not reward.dtype.isnative:
-            raise ValueError(f"reward must be a native-order float array, got {reward.dtype.str}")
+        if reward.ndim != 1 or reward.dtype.kind != "f" or not reward.dtype.isnative:
+            raise ValueError(f"reward must be a native-order float array of shape [rows], got {reward.dtype.str} "
+                             f"{reward.shape}")
+        n = len(self.agents)
+        if rows.ndim != 1 or rows.shape[0] != n or rows.dtype.kind not in "iu" or not rows.dtype.isnative:
+            raise ValueError(f"rows must be a native-order integer array of shape [{n}] (the episode's agents), "
+                             f"got {rows.dtype.str} {rows.shape}")
+        limit = min(actions.shape[0], reward.shape[0], self._obs_rows(obs))
+        if not kernels.rows_below(rows, limit):  # the loops index without bounds checks
+            raise ValueError(f"rows must lie in 0..{limit - 1} (the rows of actions, reward and every obs array), "
+                             f"got {rows.tolist()}")
         return self._advance(actions, rows, obs, reward)
+
+    def _obs_rows(self, obs: dict[str, np.ndarray]) -> int:
+        """The fewest rows of ``obs``' arrays, after checking each is a writable float32
+        ``[R, *shape]`` of its key's shape (once per dict: a dict passed again holds the same
+        arrays, as ``step_rows`` requires). Raises ValueError naming the first bad key."""
+        if self._obs_checked[0] is obs:
+            return self._obs_checked[1]
+        rows = []
+        for key, shape in self._obs_shapes.items():
+            a = obs.get(key)
+            if (not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.ndim != len(shape) + 1
+                    or a.shape[1:] != shape or not a.flags.writeable):
+                if a is None:
+                    got = "missing"
+                elif isinstance(a, np.ndarray):
+                    got = f"{'' if a.flags.writeable else 'read-only '}{a.dtype} {a.shape}"
+                else:
+                    got = type(a).__name__
+                raise ValueError(f"obs[{key!r}] must be a writable float32 array of shape "
+                                 f"[rows, {', '.join(map(str, shape))}], got {got}")
+            rows.append(a.shape[0])
+        self._obs_checked = (obs, min(rows))
+        return self._obs_checked[1]
 
     def _advance(self, actions: np.ndarray, rows: np.ndarray, obs: dict[str, np.ndarray],
                  reward: np.ndarray, own: bool = False) -> list[dict] | None:

@@ -358,6 +358,16 @@ def manipulate(grab, lock, seen, centre_dist, near_radius, reach, xpos, xmat, ag
 
 
 @jit
+def rows_below(rows, n):
+    """Every ``rows[i]`` in ``0 .. n - 1`` (``step_rows``' check: its loops index without bounds
+    checks). rows: ``[k]`` int."""
+    for i in range(rows.shape[0]):
+        if rows[i] < 0 or rows[i] >= n:
+            return False
+    return True
+
+
+@jit
 def speeds_below(qvel, limit):
     """Every ``|qvel|`` below ``limit`` (False on NaN). qvel: ``[nv]`` float64."""
     for k in range(qvel.shape[0]):
