@@ -237,14 +237,14 @@ def test_step_rows_refuses_rows_and_observation_arrays_it_would_write_outside():
     obs = {k: np.stack([first[a][k] for a in env.agents]) for k in first[env.agents[0]]}
     acts = np.full((n, 5), 5, np.int64)
     rew = np.zeros(n)
-    for bad in ([0, 1, 2, n], [-1, 1, 2, 3], [0, 1, 2, 10**6]):
-        with pytest.raises(ValueError, match=rf"rows must lie in 0\.\.{n - 1}.*{bad[0]}"):
+    for bad in ([0, 1, 2, n], [-1, 1, 2, 3], [0, 1, 2, 10**6], [0, 1, 1, 3]):
+        with pytest.raises(ValueError, match=rf"rows must be distinct and lie in 0\.\.{n - 1}.*{bad[3]}\]"):
             env.step_rows(acts, np.array(bad, np.int64), obs, rew)
     with pytest.raises(ValueError, match=rf"rows must be .* shape \[{n}\]"):
         env.step_rows(acts, rows[:-1], obs, rew)
-    with pytest.raises(ValueError, match=r"rows must lie in 0\.\.1 "):  # the fewest rows of any array
+    with pytest.raises(ValueError, match=r"rows must be distinct and lie in 0\.\.1 "):  # the fewest rows of any array
         env.step_rows(acts, rows, {**obs, "lidar": obs["lidar"][:2]}, rew)
-    with pytest.raises(ValueError, match=r"rows must lie in 0\.\.2 "):
+    with pytest.raises(ValueError, match=r"rows must be distinct and lie in 0\.\.2 "):
         env.step_rows(acts[:3], rows, obs, rew)
     with pytest.raises(ValueError, match=r"obs\['boxes'\] must be .* got float32 \(4, 1, "):
         env.step_rows(acts, rows, {**obs, "boxes": obs["boxes"][:, :1]}, rew)

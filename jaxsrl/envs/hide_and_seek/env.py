@@ -178,7 +178,7 @@ class HideAndSeekEnv(ParallelEnv):
           RuntimeError: the episode is over. ValueError (nothing stepped or written):
           ``actions`` not integer ``[R, 5]``, ``reward`` not float ``[R]``, ``rows`` not
           integer ``[n]``, either of them not in the machine's byte order; a row outside
-          ``actions``, ``reward`` or an ``obs`` array; an ``obs`` key missing, or its array
+          ``actions``, ``reward`` or an ``obs`` array, or two alike; an ``obs`` key missing, or its array
           not a writable float32 ``[R, *shape]`` of ``observation_space``'s shape.
         """
         if not self.agents:
@@ -195,9 +195,9 @@ class HideAndSeekEnv(ParallelEnv):
             raise ValueError(f"rows must be a native-order integer array of shape [{n}] (the episode's agents), "
                              f"got {rows.dtype.str} {rows.shape}")
         limit = min(actions.shape[0], reward.shape[0], self._obs_rows(obs))
-        if not kernels.rows_below(rows, limit):  # the loops index without bounds checks
-            raise ValueError(f"rows must lie in 0..{limit - 1} (the rows of actions, reward and every obs array), "
-                             f"got {rows.tolist()}")
+        if not kernels.rows_valid(rows, limit):  # the loops index without bounds checks
+            raise ValueError(f"rows must be distinct and lie in 0..{limit - 1} (the rows of actions, reward and "
+                             f"every obs array), got {rows.tolist()}")
         return self._advance(actions, rows, obs, reward)
 
     def _obs_rows(self, obs: dict[str, np.ndarray]) -> int:

@@ -358,12 +358,16 @@ def manipulate(grab, lock, seen, centre_dist, near_radius, reach, xpos, xmat, ag
 
 
 @jit
-def rows_below(rows, n):
-    """Every ``rows[i]`` in ``0 .. n - 1`` (``step_rows``' check: its loops index without bounds
-    checks). rows: ``[k]`` int."""
+def rows_valid(rows, n):
+    """Every ``rows[i]`` in ``0 .. n - 1`` and no two alike (``step_rows``' check: its loops
+    index without bounds checks, and two agents on one row would overwrite each other).
+    rows: ``[k]`` int."""
     for i in range(rows.shape[0]):
         if rows[i] < 0 or rows[i] >= n:
             return False
+        for j in range(i):
+            if rows[j] == rows[i]:
+                return False
     return True
 
 
