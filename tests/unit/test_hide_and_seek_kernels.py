@@ -256,6 +256,13 @@ def test_step_rows_refuses_rows_and_observation_arrays_it_would_write_outside():
         env.step_rows(acts, rows, frozen, rew)
     with pytest.raises(ValueError, match=r"reward must be .* shape \[rows\]"):
         env.step_rows(acts, rows, obs, np.zeros((n, 1)))
+    for dtype in (np.float16, np.longdouble):  # float kinds the compiled loops do not take
+        with pytest.raises(ValueError, match=rf"reward must be .*float32 or float64.* got {np.dtype(dtype).str}"):
+            env.step_rows(acts, rows, obs, np.zeros(n, dtype))
+    with pytest.raises(ValueError, match="actions must be a NumPy array, got list"):
+        env.step_rows(acts.tolist(), rows, obs, rew)
+    with pytest.raises(ValueError, match="obs must be a dict"):
+        env.step_rows(acts, rows, list(obs.values()), rew)
     # nothing was stepped: the next valid step is the reference env's first
     env.step_rows(acts, rows, obs, rew)
     got, want = ref.step({a: acts[i] for i, a in enumerate(ref.agents)})[0], obs

@@ -41,6 +41,7 @@ from jaxsrl.envs.hide_and_seek.stats import EpisodeStats
 from jaxsrl.envs.hide_and_seek.vision import Vision
 
 ACTION_DIMS = ("force_x", "force_y", "torque_z", "grab", "lock")
+_REWARD_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # step_rows' rewards: native float32 or float64
 
 
 class HideAndSeekEnv(ParallelEnv):
@@ -176,20 +177,25 @@ class HideAndSeekEnv(ParallelEnv):
 
         Raises:
           RuntimeError: the episode is over. ValueError (nothing stepped or written):
-          ``actions`` not integer ``[R, 5]``, ``reward`` not float ``[R]``, ``rows`` not
+          ``actions`` not integer ``[R, 5]``, ``reward`` not float32 or float64 ``[R]``, ``rows`` not
           integer ``[n]``, either of them not in the machine's byte order; a row outside
           ``actions``, ``reward`` or an ``obs`` array, or two alike; an ``obs`` key missing, or its array
           not a writable float32 ``[R, *shape]`` of ``observation_space``'s shape.
         """
         if not self.agents:
             raise RuntimeError("episode is over: call reset()")
+        for name, a in (("actions", actions), ("rows", rows), ("reward", reward)):
+            if not isinstance(a, np.ndarray):
+                raise ValueError(f"{name} must be a NumPy array, got {type(a).__name__}")
+        if not isinstance(obs, dict):
+            raise ValueError(f"obs must be a dict of NumPy arrays, got {type(obs).__name__}")
         if (actions.ndim != 2 or actions.shape[1] != len(ACTION_DIMS) or actions.dtype.kind not in "iu"
                 or not actions.dtype.isnative):
             raise ValueError(f"actions must be a native-order integer array of shape [rows, {len(ACTION_DIMS)}], "
                              f"got {actions.dtype.str} {actions.shape}")
-        if reward.ndim != 1 or reward.dtype.kind != "f" or not reward.dtype.isnative:
-            raise ValueError(f"reward must be a native-order float array of shape [rows], got {reward.dtype.str} "
-                             f"{reward.shape}")
+        if reward.ndim != 1 or reward.dtype not in _REWARD_DTYPES:  # what the compiled loops take
+            raise ValueError(f"reward must be a native-order float32 or float64 array of shape [rows], got "
+                             f"{reward.dtype.str} {reward.shape}")
         n = len(self.agents)
         if rows.ndim != 1 or rows.shape[0] != n or rows.dtype.kind not in "iu" or not rows.dtype.isnative:
             raise ValueError(f"rows must be a native-order integer array of shape [{n}] (the episode's agents), "
