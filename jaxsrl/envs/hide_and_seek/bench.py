@@ -117,9 +117,16 @@ class _Recorder:
 _STATE = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
-def _replay(model: mujoco.MjModel, data: mujoco.MjData, steps: list, clock) -> float:
-    """Redo ``steps`` (``_Recorder.steps``) on ``model``/``data``; seconds in ``mj_step`` by ``clock``."""
+def _replay(model: mujoco.MjModel, data: mujoco.MjData, steps: list, clock, episode_start: bool = True) -> float:
+    """Redo ``steps`` (``_Recorder.steps``) on ``model``/``data``; seconds in ``mj_step`` by ``clock``.
+
+    ``episode_start``: ``steps`` begin an episode, so ``data`` is reset first (untimed), as the
+    env's reset left it: the integration state does not hold MuJoCo's sleep state, and the
+    data would otherwise start the episode's first step with the bodies that slept at the end
+    of the episode asleep."""
     elapsed = 0.0
+    if episode_start:
+        mujoco.mj_resetData(model, data)
     for state, eq_data, limited, jrange, nstep in steps:
         model.eq_data[:] = eq_data
         model.jnt_limited[:] = limited
@@ -174,7 +181,7 @@ def replayed_physics_steps_per_second(variant: str, steps: int, seed: int = 0, c
 
 def _check_replay(model, data, steps: list, after: list) -> None:
     for k, (state, eq_data, limited, jrange, nstep) in enumerate(steps):
-        _replay(model, data, [(state, eq_data, limited, jrange, nstep)], time.perf_counter)
+        _replay(model, data, [(state, eq_data, limited, jrange, nstep)], time.perf_counter, episode_start=k == 0)
         got = np.concatenate([data.qpos, data.qvel])
         if not np.array_equal(got, after[k]):
             raise AssertionError(f"replayed step {k} of the episode differs from the env's")
