@@ -260,14 +260,9 @@ class HideAndSeekEnv(ParallelEnv):
     def _row_kernels(self, actions: np.ndarray, rows: np.ndarray, reward: np.ndarray, in_prep: bool) -> tuple:
         """``kernels.controls`` and ``kernels.rewards`` bound (``kernels.bind``) to the types of
         ``step_rows``' arrays, kept per their type fingerprints (every other argument is the
-        env's own, of the same types in every scene); the dispatchers where those are not
-        native-order arrays."""
-        try:
-            key = kernels.type_key(actions, rows, reward)
-        except (TypeError, ValueError):
-            key = None
-        if key is None:  # not arrays, or of another byte order: Numba's dispatcher decides
-            return kernels.controls, kernels.rewards
+        env's own, of the same types in every scene). ``step_rows`` has checked that the
+        three are native-order arrays of the kinds the loops take."""
+        key = kernels.type_key(actions, rows, reward)
         pair = self._rows_bound.get(key)
         if pair is None:
             pair = self._rows_bound[key] = (
