@@ -17,15 +17,15 @@ from typing import Callable
 
 import numpy as np
 
-from jaxsrl.bench import (agentfns, end_to_end, fan_in, inference, learner, offpolicy, physics,
-                          raw_env, replay, server_only, transport)
+from jaxsrl.bench import (actor_core, agentfns, end_to_end, fan_in, inference, learner, offpolicy,
+                          physics, raw_env, replay, server_only, transport)
 from jaxsrl.bench.load import LoadMeter
 from jaxsrl.bench.memory import MemorySampler
 
 RUNGS = ("raw_env", "physics", "transport", "inference", "server_only", "learner", "end_to_end",
          "scaling", "replay")
 #: valid in ``--rungs`` but not run by default (their own configs, minutes each)
-OPT_IN_RUNGS = ("offpolicy", "fan_in", "device_actors")
+OPT_IN_RUNGS = ("offpolicy", "fan_in", "device_actors", "actor_core")
 
 
 @dataclasses.dataclass
@@ -159,6 +159,10 @@ def run_ladder(cfg, argv: list[str], opts: Options, log: Callable = print) -> di
         rungs["fan_in"] = _guard("rung 10, fan in", lambda: fan_in.measure(
             opts.fan_in_actors, client_procs=opts.fan_in_client_procs, rate=opts.fan_in_rate,
             duration_s=opts.rung_s, warmup_s=2 * opts.warmup_s, host=cfg.host, log=log), log)
+
+    if "actor_core" in opts.rungs:  # rung 12: one pinned actor, a real server on another core
+        rungs["actor_core"] = _guard("rung 12, actor core", lambda: actor_core.measure(
+            cfg, opts.rung_s, max(opts.warmup_s, 2.0), get_built()), log)
 
     if "device_actors" in opts.rungs:  # rung 11: gymnax CartPole's compiled rollout, by batch
         from jaxsrl.bench import device_rollout
