@@ -21,7 +21,8 @@ colour: each run as a thin line and, with two or more runs, their mean (bold) an
 folder unless ``out`` says otherwise. Population runs (``--population``,
 ``population/<quantity>/<member>`` keys) get a third figure ``<out stem>_population.png``:
 each member's return and hyperparameter trajectories, exploit events marked. Used by
-:mod:`jaxsrl.cli.plot` (``scripts/plot.py``).
+:mod:`jaxsrl.cli.plot` (``scripts/plot.py``); the smoothing and band arithmetic is
+:mod:`jaxsrl.tools.curves`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from matplotlib.figure import Figure  # headless: no pyplot, no display
 
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.tools import league
+from jaxsrl.tools.curves import BANDS, aggregate, aggregate_median, smooth
 
 RETURN_KEY = "episode_return_mean"
 EVAL_RETURN_KEY = "eval/return_mean"  # jaxsrl/launch/periodic_eval.py, eval_metrics
@@ -125,53 +127,6 @@ def load_runs(logdirs: Sequence[str], labels: Sequence[str] | None = None,
     return [Run(d, labels[i], load_metrics(d)) for i, d in enumerate(logdirs)]
 
 
-def smooth(y: np.ndarray, weight: float) -> np.ndarray:
-    """TensorBoard-style exponential moving average (debiased); ``weight`` in [0, 1)."""
-    if weight <= 0 or len(y) == 0:
-        return y
-    out, acc, norm = np.empty_like(y, dtype=np.float64), 0.0, 0.0
-    for i, v in enumerate(y):
-        acc = weight * acc + (1 - weight) * v
-        norm = weight * norm + (1 - weight)
-        out[i] = acc / norm
-    return out
-
-
-def _on_common_grid(curves: list, points: int):
-    """``(grid, ys [runs, points])``: the curves interpolated on the x range all of them
-    cover, or ``None`` if fewer than two curves or no overlap."""
-    curves = [(x, y) for x, y in curves if len(x) >= 2]
-    if len(curves) < 2:
-        return None
-    lo = max(x.min() for x, _ in curves)
-    hi = min(x.max() for x, _ in curves)
-    if not hi > lo:
-        return None
-    grid = np.linspace(lo, hi, points)
-    return grid, np.stack([np.interp(grid, x, y) for x, y in curves])
-
-
-def aggregate(curves: list, points: int = 200):
-    """Mean and std of several ``(x, y)`` curves on a common grid over the x range all
-    of them cover; ``None`` if fewer than two curves or no overlap."""
-    common = _on_common_grid(curves, points)
-    if common is None:
-        return None
-    grid, ys = common
-    return grid, ys.mean(0), ys.std(0)
-
-
-def aggregate_median(curves: list, points: int = 200):
-    """Median, minimum and maximum of several curves on the common grid of ``aggregate``:
-    ``(grid, median, lo, hi)``, or ``None`` as there."""
-    common = _on_common_grid(curves, points)
-    if common is None:
-        return None
-    grid, ys = common
-    return grid, np.median(ys, 0), ys.min(0), ys.max(0)
-
-
-BANDS = ("mean", "median")
 DEFAULT_OUT = "curves.png"  # inside the first run's folder
 
 
