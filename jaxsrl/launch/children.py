@@ -42,8 +42,7 @@ from jaxsrl.core.child import read_error
 from jaxsrl.core.worker import Worker
 from jaxsrl.experiment import events
 from jaxsrl.launch.processes import exit_reason, stop_all
-from jaxsrl.streams import wire
-from jaxsrl.streams.admission import DropLog
+from jaxsrl.streams.admission import DropLog, drop_input
 from jaxsrl.streams.sockets import drain
 from jaxsrl.streams.status import DROPPED_STATUS, StatusSchema, bind_status
 
@@ -144,6 +143,7 @@ class ChildSupervisor(Worker):
         status = None
         try:
             status, address = bind_status(self.context, self.cfg.host, self.schema.kind, self.curve)
+            self.drop_log.where = address
             self.start_children(address)
             while not self.stop.is_set():
                 self._turn()
@@ -173,9 +173,9 @@ class ChildSupervisor(Worker):
         """Take one status message (see the module docstring); never raises on its content."""
         try:
             meta = self.schema.decode(frames)
-        except wire.WireError as exc:
-            self.drop_log(self.name, exc)
-            self._metrics(self.children[0]).count(DROPPED_STATUS)
+        except Exception as exc:  # noqa: BLE001  (WireError; anything else is a decoder bug: drop too)
+            drop_input(self.drop_log, self.name, exc, self._metrics(self.children[0]),
+                       DROPPED_STATUS, DROPPED_STATUS)
             return
         c = next((x for x in self.children if x.name == meta[self.schema.sender]), None)
         if c is None or meta["run"] != c.child.spec.get("run_id"):

@@ -31,7 +31,7 @@ import zmq
 
 from jaxsrl.core.worker import Worker
 from jaxsrl.streams import wire
-from jaxsrl.streams.admission import DropLog
+from jaxsrl.streams.admission import DropLog, drop_input
 from jaxsrl.streams.param_stream import ParamPublisher
 from jaxsrl.streams.sockets import drain
 from jaxsrl.streams.status import DROPPED_STATUS, INLINE_STATUS, bind_status
@@ -75,6 +75,7 @@ class InlineParameters(Worker):
         try:
             status, self.status_address = bind_status(self.context, self.host, "inline-status",
                                                       self.curve)
+            self._drop_log.where = self.status_address
             self.publisher = ParamPublisher(self.store, self.policies, self.context, self.host,
                                             interval_s=self.cfg.param_publish_interval_s,
                                             curve=self.curve, metrics=self.metrics)
@@ -98,9 +99,8 @@ class InlineParameters(Worker):
         actor or an actor's previous run is ignored."""
         try:
             meta = INLINE_STATUS.decode(frames)
-        except wire.WireError as exc:
-            self._drop_log(self.name, exc)
-            self.metrics.count(DROPPED_STATUS)
+        except Exception as exc:  # noqa: BLE001  (WireError; anything else is a decoder bug: drop too)
+            drop_input(self._drop_log, self.name, exc, self.metrics, DROPPED_STATUS, DROPPED_STATUS)
             return
         try:
             actor = self.table.check(meta)

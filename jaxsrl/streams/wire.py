@@ -32,6 +32,8 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 _MAX_ARRAYS = 256
 _MAX_NDIM = 8
+#: longest message kind or array name.
+_MAX_NAME = 256
 #: the allowed dtypes, looked up once (``np.dtype(name)`` parses its argument every call).
 _DTYPES = {name: np.dtype(name) for name in ALLOWED_DTYPES}
 _ITEMSIZE = {name: d.itemsize for name, d in _DTYPES.items()}
@@ -40,6 +42,16 @@ _NAME_OF = {d: name for name, d in _DTYPES.items()}
 
 class WireError(ValueError):
     """A message that is malformed or does not match its expected schema."""
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, on one line (for error messages about
+    values a peer chose: a 64 KiB header must not become a 64 KiB log line)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001  (a repr that fails: say so rather than raise)
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class Message(NamedTuple):
@@ -176,15 +188,18 @@ def _header(frames: Sequence) -> tuple[str, dict, list]:
         raise WireError(f"header is not valid msgpack: {exc}") from None
     if not isinstance(header, dict):
         raise WireError(f"header must be a map, got {type(header).__name__}")
-    if header.get("v") != WIRE_VERSION:
-        raise WireError(f"wire version {header.get('v')!r} != {WIRE_VERSION}")
+    version = header.get("v")
+    if type(version) is not int or version != WIRE_VERSION:  # noqa: E721  (not True, not 1.0)
+        raise WireError(f"wire version {short(version)} != {WIRE_VERSION}")
     kind, meta, specs = header.get("kind"), header.get("meta", {}), header.get("arrays")
-    if not isinstance(kind, str):
-        raise WireError(f"message kind must be a string, got {kind!r}")
-    if not isinstance(meta, dict):
-        raise WireError("meta must be a map")
+    if not isinstance(kind, str) or len(kind) > _MAX_NAME:
+        raise WireError(f"message kind must be a string of at most {_MAX_NAME} characters, "
+                        f"got {short(kind)}")
+    if not isinstance(meta, dict) or not all(isinstance(k, str) for k in meta):
+        raise WireError(f"meta must be a map with string keys, got {short(meta)}")
     if not isinstance(specs, list) or len(specs) > _MAX_ARRAYS:
-        raise WireError("arrays must be a list of at most %d entries" % _MAX_ARRAYS)
+        raise WireError(f"arrays must be a list of at most {_MAX_ARRAYS} entries, got "
+                        f"{short(specs)}")
     if len(specs) != len(frames) - 1:
         raise WireError(f"header declares {len(specs)} arrays but {len(frames) - 1} buffers came")
     return kind, meta, specs
@@ -207,14 +222,16 @@ def decode(frames: Sequence, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
     kind, meta, specs = _header(frames)
     arrays, total = {}, 0
     for spec, frame in zip(specs, frames[1:]):
-        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)):
-            raise WireError(f"bad array spec {spec!r}")
+        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)
+                and len(spec[0]) <= _MAX_NAME):
+            raise WireError(f"bad array spec {short(spec)}: expected [name (a string of at most "
+                            f"{_MAX_NAME} characters), dtype, shape]")
         name, dtype, shape = spec
-        if dtype not in ALLOWED_DTYPES:
-            raise WireError(f"array {name!r}: dtype {dtype!r} is not allowed")
+        if type(dtype) is not str or dtype not in ALLOWED_DTYPES:  # noqa: E721  (a list or map is unhashable)
+            raise WireError(f"array {short(name)}: dtype {short(dtype)} is not allowed")
         if (not isinstance(shape, list) or len(shape) > _MAX_NDIM
                 or not all(type(d) is int and 0 <= d < 2**40 for d in shape)):  # noqa: E721
-            raise WireError(f"array {name!r}: bad shape {shape!r}")
+            raise WireError(f"array {short(name)}: bad shape {short(shape)}")
         if name in arrays:
             raise WireError(f"array {name!r} appears twice")
         # Exact (Python int) size: a numpy product could overflow and wrap to a small number.

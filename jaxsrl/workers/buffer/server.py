@@ -63,7 +63,7 @@ from jaxsrl.experiment.agent_build import factory_of_spec
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.parallel.compile_cache import enable_compilation_cache
 from jaxsrl.streams import replay_wire, wire
-from jaxsrl.streams.admission import ActorTable, DropLog
+from jaxsrl.streams.admission import ActorTable, DropLog, drop_input
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.streams.segment import to_trajectory
 from jaxsrl.streams.sockets import bind, open_socket
@@ -177,6 +177,8 @@ class BufferServer(Worker):
             self.request_address = bind(requests, spec.host, spec.request_port,
                                         name=f"{self.name}-r")
             self.address = self.sample_address
+            self.gate.drops.where = self.sample_address  # named in every drop's log line
+            self._drop_log.where = self.request_address
             status.connect(spec.status_address)
             self.ready.set()
             self._send_status(status)
@@ -258,8 +260,8 @@ class BufferServer(Worker):
                 raise wire.WireError(f"unexpected message kind {msg.kind!r}")
             self.gate.version = max(self.gate.version, version)
         except Exception as exc:  # noqa: BLE001  (any bad input: drop it, keep serving)
-            self._drop_log(self.name, exc)
-            self.metrics.count("dropped_buffer_messages")
+            drop_input(self._drop_log, self.name, exc, self.metrics, "dropped_buffer_messages",
+                       "dropped_buffer_messages")
 
     def answer(self, requests: zmq.Socket) -> int:
         """Answer pending requests while the limiter allows updates; returns the answers."""

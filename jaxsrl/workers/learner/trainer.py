@@ -225,6 +225,7 @@ class TrainerWorker(LearnerRequests, Worker):
                            max_frame_bytes=self.max_frame_bytes, curve_server=self._curve)
         try:
             self.address = bind(sock, self.host, name=self.name)
+            self.gate.drops.where = self.address  # named in every drop's log line
             self.ready.set()  # actors may connect while we compile
             self.warmup()
             self.start_serving()
