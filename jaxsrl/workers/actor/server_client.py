@@ -6,6 +6,15 @@ Messages (see ``docs/architecture.md``):
   <- inference: ``action`` meta {group, version}; arrays action [n, ...], logp [n], carry/i...[, opponent]
   -> inference: ``ping``   meta {actor, run}; no arrays, no reply (the actor is blocked on
                 its learner: it is alive, not hung)
+  <- inference: ``resend`` meta {group}; no arrays: the server keeps no carry for a request
+                that sent ``carry_kept`` [n] uint8 in place of its carry (below)
+
+Kept carry (:mod:`jaxsrl.streams.kept_carry`; with ``spec.kept_carry``): once a group of a stream has had a reply
+from the stream's current server, its next request sends ``carry_kept`` instead of the
+``carry/i`` arrays when every row of its carry is that reply's row or all zero bits
+(checked bit for bit); the server fills in the carry it sent. Otherwise, after a
+failover (the next server keeps nothing yet) and when asked to ``resend``, the carry
+travels in full.
 
 Deadlines: a stream waiting for actions gives its servers ``timeout_s`` of silence
 (``startup_timeout_s`` until its first answer: servers compile while actors start).
@@ -27,6 +36,7 @@ from typing import Mapping, Sequence
 import zmq
 
 from jaxsrl.streams import wire
+from jaxsrl.streams.kept_carry import KEPT, RESEND, keep_mask
 from jaxsrl.streams.sockets import open_socket
 from jaxsrl.workers.actor.action_client import Actions, Alive
 from jaxsrl.workers.actor.spec import ActorSpec, StreamSpec
@@ -102,6 +112,10 @@ class ServerClient:
         self._frames: dict = {}  # (stream, group) -> frames of its latest request (re-sent on failover)
         self._open: list[set] = [set() for _ in self.links]  # groups asked and not answered, per stream
         self._failovers = 0
+        # carry leaves the servers may keep (spec.kept_carry; none: the carry always travels)
+        self._carry_names = [name for name, _, _ in spec.carry_spec] if spec.kept_carry else []
+        self._last: dict = {}  # (stream, group) -> carry arrays of the current server's last reply
+        self._pending: dict = {}  # (stream, group) -> (arrays, meta) of its latest request (resend)
 
     def prepare(self, examples: Sequence[tuple[int, dict]], alive: Alive) -> bool:
         """Nothing to prepare: the servers compile on their side (hence ``startup_timeout_s``)."""
@@ -111,11 +125,33 @@ class ServerClient:
         link = self.links[stream]
         if not self._open[stream]:  # the stream's silence clock runs while it waits
             link.silent_since = link.tried_at = time.monotonic()
-        frames = wire.encode("act", arrays, {"actor": self.actor_id, "run": self.run_id,
-                                             "group": group, **meta})
+        meta = {"actor": self.actor_id, "run": self.run_id, "group": group, **meta}
+        frames = self._encode(stream, group, arrays, meta, self._last.get((stream, group)))
         self._frames[stream, group] = frames
         self._open[stream].add(group)
         link.socket.send_multipart(frames, copy=False)
+
+    def _encode(self, stream: int, group: int, arrays: dict, meta: dict, last: dict | None) -> list:
+        """The ``act`` request's frames: the carry replaced by ``carry_kept`` when
+        :func:`~jaxsrl.streams.kept_carry.keep_mask` allows it against ``last`` (the carry
+        of the server's last reply to the group, or ``None``: send it in full)."""
+        names = self._carry_names
+        if not names:
+            return wire.encode("act", arrays, meta)
+        self._pending[stream, group] = (arrays, meta)
+        keep = keep_mask({k: arrays[k] for k in names}, last) if last is not None else None
+        if keep is None:
+            return wire.encode("act", arrays, meta)
+        sent = {k: v for k, v in arrays.items() if k not in names}
+        sent[KEPT] = keep
+        return wire.encode("act", sent, meta)
+
+    def _in_full(self, stream: int, group: int) -> list:
+        """The frames of the group's latest request with its carry in full."""
+        self._last.pop((stream, group), None)
+        arrays, meta = self._pending[stream, group]
+        frames = self._frames[stream, group] = self._encode(stream, group, arrays, meta, None)
+        return frames
 
     def _limit_s(self, i: int) -> float:
         """Longest silence of stream ``i``'s servers before the actor gives up. Until
@@ -151,8 +187,11 @@ class ServerClient:
         sock = link.failover()
         self.poller.register(sock, zmq.POLLIN)
         self._socket_stream[sock] = i
+        for key in [k for k in self._last if k[0] == i]:  # the next server keeps no carry
+            del self._last[key]
         for g in groups:
-            sock.send_multipart(self._frames[i, g], copy=False)
+            frames = self._in_full(i, g) if (i, g) in self._pending else self._frames[i, g]
+            sock.send_multipart(frames, copy=False)
         self._failovers += 1
         log.warning("inference server %s did not answer in %.1f s; failing over to %s "
                     "(re-sent %d request(s))", old, waited, link.address, len(groups))
@@ -185,18 +224,24 @@ class ServerClient:
             actions = self._actions(i, sock.recv_multipart(), waiting.get(i, ()))
             if actions is not None:
                 self._open[i].discard(actions.group)
+                if self._carry_names:
+                    self._last[i, actions.group] = {k: actions.arrays[k] for k in self._carry_names
+                                                    if k in actions.arrays}
                 return actions
 
-    @staticmethod
-    def _actions(i: int, frames: list, waiting: Sequence[int]) -> Actions | None:
+    def _actions(self, i: int, frames: list, waiting: Sequence[int]) -> Actions | None:
         """Stream ``i``'s reply as :class:`Actions`, or ``None`` (logged) if it is not an
-        ``action`` reply with an int ``version`` for a group in ``waiting``."""
+        ``action`` reply with an int ``version`` for a group in ``waiting``. A ``resend``
+        for a waiting group sends that group's request again, its carry in full (``None``)."""
         try:
             msg = wire.decode(frames)
         except wire.WireError as exc:
             log.warning("dropping a malformed reply: %s", exc)
             return None
         g, version = msg.meta.get("group"), msg.meta.get("version")
+        if msg.kind == RESEND and isinstance(g, int) and g in waiting and (i, g) in self._pending:
+            self.links[i].socket.send_multipart(self._in_full(i, g), copy=False)
+            return None
         if (msg.kind != "action" or not isinstance(g, int) or g not in waiting
                 or not isinstance(version, int)):
             log.warning("dropping unexpected reply kind=%r group=%r version=%r %s", msg.kind, g,

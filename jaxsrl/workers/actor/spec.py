@@ -107,6 +107,10 @@ class ActorSpec:
       inline: inline inference (``--inference=inline``): what the actor needs to run the
         policy itself (``param_address``, ``status_address``, the agent's spec keys; see
         :mod:`jaxsrl.workers.inline`), or ``None``: its inference servers act.
+      kept_carry: its inference servers keep each group's carry between requests
+        (:mod:`jaxsrl.streams.kept_carry`: requests send ``carry_kept`` in place of the
+        carry when they can); the launcher's actors do (jaxsrl's policy workers all keep
+        it), ``False`` for servers that do not (the carry always travels).
     """
 
     actor_id: int
@@ -130,6 +134,7 @@ class ActorSpec:
     opponents: dict | None = None
     clip_actions: bool = True
     inline: dict | None = None
+    kept_carry: bool = False
 
     def __post_init__(self):
         if self.startup_timeout_s is None:

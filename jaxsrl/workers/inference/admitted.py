@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from jaxsrl.streams.admission import ActorTable
+from jaxsrl.streams.kept_carry import KEPT
 
 
 class Verdict(NamedTuple):
@@ -37,6 +38,8 @@ class Verdict(NamedTuple):
       group: the request's ``group`` meta (what its reply carries).
       rows: its rows.
       arrays: ``((frame index, array name, byte count), ...)`` of its array frames.
+      kept: frame index of its ``carry_kept`` array (a request whose carry the server
+        keeps, :mod:`jaxsrl.streams.kept_carry`), or 0 (its carry is in ``arrays``).
     """
 
     frames: int
@@ -45,6 +48,7 @@ class Verdict(NamedTuple):
     group: int
     rows: int
     arrays: tuple
+    kept: int = 0
 
 
 class AdmittedRequests:
@@ -79,6 +83,8 @@ class AdmittedRequests:
         for i, _, nbytes in verdict.arrays:
             if len(frames[i]) != nbytes:
                 return None
+        if verdict.kept and len(frames[verdict.kept]) != verdict.rows:  # uint8 [rows]
+            return None
         return verdict
 
     def remember(self, frames: Sequence, generation: int, actor: int | None, group: int,
@@ -91,7 +97,9 @@ class AdmittedRequests:
         if len(self._known) >= self._max_known:
             self._known.clear()
         arrays = tuple((i + 2, name, len(frames[i + 2])) for i, name in enumerate(names))
-        self._known[frames[1]] = Verdict(len(frames), generation, actor, group, rows, arrays)
+        kept = next((i for i, name, _ in arrays if name == KEPT), 0)
+        self._known[frames[1]] = Verdict(len(frames), generation, actor, group, rows,
+                                         tuple(a for a in arrays if a[1] != KEPT), kept)
 
     def __len__(self) -> int:
         return len(self._known)

@@ -56,8 +56,9 @@ class BatchBuffer:
             raise ValueError(f"{rows} rows exceed the largest bucket {self.capacity}")
         return self.buckets[i]
 
-    def add(self, arrays: Mapping[str, np.ndarray], n: int) -> int:
-        """Copy a request's arrays (``n`` rows each, names of the schema) after the rows
+    def add(self, arrays: Mapping[str, np.ndarray], n: int, skip=()) -> int:
+        """Copy a request's arrays (``n`` rows each, names of the schema but those in
+        ``skip``, whose rows the caller writes) after the rows
         already written; returns their first row. An array viewing a whole ``bytes``
         object (a received frame) in the buffer's dtype and row shape is copied as bytes
         (a third of NumPy's cost); any other is assigned by NumPy.
@@ -69,6 +70,8 @@ class BatchBuffer:
         if start + n > self.capacity:
             raise ValueError(f"{n} more rows do not fit after {start} of {self.capacity}")
         for k, a in self.arrays.items():
+            if k in skip:
+                continue
             src = arrays[k]
             raw, row_bytes = src.base, self._row_bytes[k]
             if (type(raw) is bytes and len(raw) == n * row_bytes  # noqa: E721

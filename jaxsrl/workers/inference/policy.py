@@ -52,6 +52,7 @@ from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.streams import wire
 from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, message_ids
 from jaxsrl.streams.carry import CarryCodec
+from jaxsrl.streams.kept_carry import KEPT, RESEND, KeptCarries
 from jaxsrl.streams.params import ParameterStore, Versioned
 from jaxsrl.streams.sockets import bind, open_socket, recv_routed, send_frames
 from jaxsrl.streams.spaces import obs_schema, unflatten_obs
@@ -92,6 +93,8 @@ class PolicySettings:
       port: TCP port to bind (0: a free one; a restarted remote server asks for its
         previous port, so actors' addresses stay valid).
       curve: ``(public, secret)`` server keys to require CURVE on the socket, or ``None``.
+      kept_carry_bytes: most bytes of replies' carries kept for the actors' next requests
+        (:mod:`jaxsrl.streams.kept_carry`; the oldest go first).
     """
 
     max_rows: int
@@ -101,6 +104,7 @@ class PolicySettings:
     seed: int = 0
     port: int = 0
     curve: tuple | None = None
+    kept_carry_bytes: int = 1 << 30
 
 
 class PolicyWorker(Worker):
@@ -167,6 +171,11 @@ class PolicyWorker(Worker):
                                self._carry.to_tree(view))
         self._replies = wire.SliceEncoder("action")
         self._decoder = wire.SchemaDecoder(self._request_schema, self.max_bytes, "observation")
+        # requests whose carry this server keeps (jaxsrl.streams.kept_carry): carry_kept [n]
+        # uint8 in place of the carry arrays; the carry of every reply is kept for them
+        self._kept_schema = {k: v for k, v in self._request_schema.items()
+                             if k not in self._carry.names} | {KEPT: wire.ArraySpec("uint8", (None,))}
+        self._kept = KeptCarries(settings.kept_carry_bytes)
         # one header per actor group, each of >= 1 row: max_rows of them never thrash it
         self._admitted = AdmittedRequests(actors, max_known=max(4096, self.max_rows))
         self._remember = True  # (set again when serving starts)
@@ -264,7 +273,10 @@ class PolicyWorker(Worker):
         if type(group) is not int or not 0 <= group < _MAX_GROUP:  # noqa: E721
             raise wire.WireError(f"meta 'group' must be a small non-negative integer, got {group!r}")
         actor = self.actors.check(msg.meta) if self.actors is not None else None
-        n = checked.require_rows()
+        if KEPT in msg.arrays and self._carry.names:  # its carry is the one this server kept
+            n = wire.check_rows(msg.arrays, self._kept_schema, "observation")
+        else:
+            n = checked.require_rows()
         if not 0 < n <= self.max_rows:
             raise wire.WireError(f"request of {n} rows; this server takes 1..{self.max_rows}")
         if actor is not None:
@@ -308,10 +320,20 @@ class PolicyWorker(Worker):
                 verdict = admitted.get(frames)  # accepted before, and nothing it rests on changed
                 if verdict is not None:
                     n = verdict.rows
+                    kept = None
+                    if verdict.kept:  # the carry this server kept for the connection's group
+                        keep = np.frombuffer(frames[verdict.kept], np.uint8)
+                        kept = self._kept.get(frames[0], verdict.group, n)
+                        if kept is None or keep.max(initial=0) > 1:
+                            self._resend(sock, frames[0], verdict.group)
+                            frames = self._more(sock, deadline, wait)
+                            continue
                     if buf.rows + n > max_rows:  # answer it in the next call
                         self._answer(sock, batch)
                         batch.clear()
                     start = buf.add_frames(frames, verdict.arrays, n)
+                    if kept is not None:
+                        self._fill_kept(start, n, kept, keep)
                     batch.append((frames[0], verdict.group, start, n))
                     if actors is not None:
                         heard.add(verdict.actor)
@@ -319,10 +341,7 @@ class PolicyWorker(Worker):
                     self._check_and_add(sock, frames, batch)
                 if buf.rows >= max_rows:
                     break
-                try:
-                    frames = recv_routed(sock, _NOBLOCK)
-                except zmq.Again:
-                    frames = self._next_request(sock, deadline) if wait else None
+                frames = self._more(sock, deadline, wait)
             if batch:
                 self._answer(sock, batch)
                 batch.clear()
@@ -347,15 +366,45 @@ class PolicyWorker(Worker):
             return
         identity, meta, arrays, n = parsed
         buf = self._batch
+        kept = None
+        if KEPT in arrays:
+            kept = self._kept.get(identity, meta["group"], n)
+            if kept is None or arrays[KEPT].max(initial=0) > 1:
+                self._resend(sock, identity, meta["group"])
+                return
         if buf.rows + n > self.max_rows:  # answer it in the next call
             self._answer(sock, batch)
             batch.clear()
         # its rows go straight to the batch buffer (the frames are dropped now)
-        batch.append((identity, meta.get("group"), buf.add(arrays, n), n))
+        if kept is None:
+            start = buf.add(arrays, n)
+        else:
+            start = buf.add(arrays, n, skip=self._carry.names)
+            self._fill_kept(start, n, kept, arrays[KEPT])
+        batch.append((identity, meta.get("group"), start, n))
         if self._remember and "games" not in meta and all(
-                a.dtype == buf.arrays[k].dtype for k, a in arrays.items()):
+                a.dtype == buf.arrays[k].dtype for k, a in arrays.items() if k != KEPT):
             actor = None if self.actors is None else message_ids(meta)[0]
             self._admitted.remember(frames, generation, actor, meta["group"], n, list(arrays))
+
+    def _more(self, sock: zmq.Socket, deadline: float, wait: bool) -> list | None:
+        """The next request of this batch: one already waiting, else (``wait``) the first
+        before ``deadline``; ``None`` if none."""
+        try:
+            return recv_routed(sock, _NOBLOCK)
+        except zmq.Again:
+            return self._next_request(sock, deadline) if wait else None
+
+    def _fill_kept(self, start: int, n: int, kept: dict, keep: np.ndarray) -> None:
+        """Batch rows ``start:start + n`` of the carry: the kept rows where ``keep`` is 1,
+        zeros where 0 (:meth:`~jaxsrl.streams.kept_carry.KeptCarries.fill`)."""
+        arrays = self._batch.arrays
+        KeptCarries.fill({k: arrays[k][start:start + n] for k in self._carry.names}, kept, keep)
+
+    def _resend(self, sock: zmq.Socket, identity: bytes, group: int) -> None:
+        """Ask for a kept-carry request again with its carry (none is kept for it here)."""
+        self.metrics.count("inference/carry_resends")
+        send_frames(sock, identity, [wire.pack_header(RESEND, [], {"group": group})])
 
     def _next_request(self, sock: zmq.Socket, deadline: float) -> list | None:
         """The first request that comes before ``deadline``; ``None`` if none does."""
@@ -383,7 +432,10 @@ class PolicyWorker(Worker):
         self.metrics.add_means({"inference/batch_rows": rows, "inference/requests": len(batch)})
         replies = self._replies
         replies.reset(out)
+        names = self._carry.names
         for identity, group, start, n in batch:
+            if names:  # the actor's next request may say "the carry you sent" (kept_carry)
+                self._kept.put(identity, group, {k: out[k][start:start + n] for k in names})
             send_frames(sock, identity, replies.frames(
                 start, n, {"group": group, "version": version}, (group, version)))
 
