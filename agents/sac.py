@@ -71,7 +71,10 @@ class SACConfig:
     target_network_frequency: int = 1
     """Polyak-update the target critics every this many ``learn`` calls."""
     alpha: float = 0.2
-    """Temperature when ``autotune`` is off (with ``autotune`` alpha starts at 1, as CleanRL)."""
+    """Temperature when ``autotune`` is off (with ``autotune`` alpha starts at 1, as CleanRL).
+    Off, ``learn`` takes it from the config, not from ``state.log_alpha`` (which it then
+    holds): ``--resume --sac.no_autotune --sac.alpha=0.01`` trains at 0.01. Turning
+    ``autotune`` on at a resume tunes on from the checkpoint's temperature."""
     autotune: bool = True
     """Learn the temperature by Eq. 18 of Haarnoja et al. 2018 towards ``target_entropy``."""
     target_entropy: Optional[float] = None
@@ -87,7 +90,7 @@ class SACConfig:
     random_warmup: bool = True
     """Until the first ``learn`` (``state.params["warmup"]``), ``act`` samples uniformly
     from the ``Box`` as CleanRL's first ``learning_starts`` steps; deterministic acts
-    are unaffected."""
+    are unaffected. Off, ``act`` never does, whatever the (restored) flag says."""
     prioritised: bool = False
     """Proportional prioritised replay with priorities ``|td| + 1e-6`` (off: uniform, CleanRL)."""
 
@@ -116,7 +119,8 @@ class SACState(NamedTuple):
         (``warmup``: no ``learn`` yet and ``random_warmup``, see :class:`SACConfig`).
       critic_params: twin critic variables, every leaf stacked ``[2, ...]``.
       target_critic_params: their Polyak average, same tree.
-      log_alpha: ``[]`` float32 log temperature (constant ``log(alpha)`` unless autotune).
+      log_alpha: ``[]`` float32 log temperature: learned with ``autotune``, else
+        ``log(alpha)`` of the config ``learn`` was built from (set by every ``learn``).
       actor_opt_state, critic_opt_state, alpha_opt_state: Adam states.
       update_step: ``[]`` int32 number of ``learn`` calls so far.
     """
@@ -167,6 +171,8 @@ def make(config: SACConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
     actor_opt, critic_opt = optax.adam(config.policy_lr), optax.adam(config.q_lr)
     alpha_opt = optax.adam(config.alpha_lr)
     uniform_logp = -float(np.sum(np.log(2.0 * scale)))  # log density of U(low, high)
+    # autotune off: the config's temperature, not the state's (a resume may change it)
+    fixed_log_alpha = None if config.autotune else np.log(np.float32(config.alpha))  # [] float32
     pf, tnf = config.policy_frequency, config.target_network_frequency
 
     def flat(obs):
@@ -190,7 +196,7 @@ def make(config: SACConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         actor_vars = actor_net.init(k_actor, x)
         xa = jnp.concatenate([x, jnp.zeros((1, A), jnp.float32)], axis=-1)
         critic_vars = jax.vmap(lambda k: q_net.init(k, xa))(jax.random.split(k_critic, 2))
-        log_alpha = jnp.asarray(0.0 if config.autotune else jnp.log(config.alpha), jnp.float32)
+        log_alpha = jnp.asarray(0.0 if config.autotune else fixed_log_alpha, jnp.float32)
         params = {"actor": actor_vars, "warmup": jnp.asarray(config.random_warmup)}
         return SACState(params, critic_vars, critic_vars, log_alpha, actor_opt.init(actor_vars),
                         critic_opt.init(critic_vars), alpha_opt.init(log_alpha),
@@ -212,7 +218,7 @@ def make(config: SACConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         k_policy, k_uniform = jax.random.split(rng)
         action, logp = sg.sample(mean, log_std, k_policy, scale, bias)
         uniform = jax.random.uniform(k_uniform, action.shape, jnp.float32, bias - scale, bias + scale)
-        warm = params["warmup"]
+        warm = params["warmup"] if config.random_warmup else False  # static gate
         action = jnp.where(warm, uniform, action)
         logp = jnp.where(warm, uniform_logp, logp)
         return action, None, {"logp": logp.astype(jnp.float32)}
@@ -284,6 +290,8 @@ def make(config: SACConfig, spec: EnvSpec, num_updates: int) -> AgentFns:
         chex.assert_shape(action, (B, A))
         weights = jnp.ones((B,), jnp.float32) if batch.weights is None else batch.weights
         chex.assert_shape(weights, (B,))
+        if fixed_log_alpha is not None:  # static: the config's temperature (module doc)
+            state = state._replace(log_alpha=jnp.asarray(fixed_log_alpha, jnp.float32))
         k_target, k_actor = jax.random.split(rng)
         x, x_next = flat(items["obs"]), flat(items["next_obs"])
         alpha = jnp.exp(state.log_alpha)

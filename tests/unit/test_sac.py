@@ -74,6 +74,21 @@ def perturbed_target(state, seed=1):
         tree, [x + 0.1 * rng.normal(size=x.shape).astype(np.float32) for x in leaves]))
 
 
+def np_soft_target(state, items, rng, alpha):
+    """The soft Bellman target ``[B]`` (float64) of ``learn(state, batch, rng)`` at
+    temperature ``alpha``: ``a' ~ pi(.|s')`` with the key learn documents
+    (``k_target = split(rng)[0]``)."""
+    eps = np.asarray(jax.random.normal(jax.random.split(rng)[0], (len(items["reward"]), 2)),
+                     np.float64)
+    mean, log_std = np_policy(state.params["actor"], items["next_obs"])
+    u = mean + np.exp(log_std) * eps
+    next_a = SCALE * np.tanh(u) + BIAS
+    next_logp = (-0.5 * eps**2 - log_std - 0.5 * math.log(2 * math.pi)
+                 - np.log(1 - np.tanh(u) ** 2) - np.log(SCALE)).sum(-1)
+    q_targ = np_q(state.target_critic_params, items["next_obs"], next_a)
+    return items["reward"] + items["discount"] * (np.minimum(q_targ[0], q_targ[1]) - alpha * next_logp)
+
+
 def test_critic_target_and_loss_match_numpy():
     fns = build()
     state = perturbed_target(fns.init(jax.random.PRNGKey(0)))._replace(log_alpha=jnp.float32(math.log(0.37)))
@@ -81,16 +96,7 @@ def test_critic_target_and_loss_match_numpy():
     weights = np.random.default_rng(2).uniform(0.2, 2.0, B).astype(np.float32)
     rng = jax.random.PRNGKey(5)
     _, metrics, priorities = fns.learn(state, ReplayBatch(items, weights), rng)
-
-    # a' ~ pi(.|s') with the key learn documents: k_target = split(rng)[0].
-    eps = np.asarray(jax.random.normal(jax.random.split(rng)[0], (B, 2)), np.float64)
-    mean, log_std = np_policy(state.params["actor"], items["next_obs"])
-    u = mean + np.exp(log_std) * eps
-    next_a = SCALE * np.tanh(u) + BIAS
-    next_logp = (-0.5 * eps**2 - log_std - 0.5 * math.log(2 * math.pi)
-                 - np.log(1 - np.tanh(u) ** 2) - np.log(SCALE)).sum(-1)
-    q_targ = np_q(state.target_critic_params, items["next_obs"], next_a)
-    y = items["reward"] + items["discount"] * (np.minimum(q_targ[0], q_targ[1]) - 0.37 * next_logp)
+    y = np_soft_target(state, items, rng, 0.37)
     td = np_q(state.critic_params, items["obs"], items["action"]) - y
     np.testing.assert_allclose(np.asarray(priorities), np.abs(td).mean(0) + 1e-6, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(float(metrics["target_mean"]), y.mean(), rtol=1e-4, atol=1e-5)
@@ -158,6 +164,33 @@ def test_fixed_temperature_without_autotune():
     assert float(metrics["alpha_loss"]) == 0.0
 
 
+@pytest.mark.parametrize("saved", [{"autotune": False, "alpha": 0.2}, {"autotune": True}])
+def test_a_resumed_fixed_alpha_is_the_one_learned_with(saved):
+    """``--resume --sac.no_autotune --sac.alpha=0.01``: the checkpoint's ``log_alpha``
+    (log 0.2, or a learned one) is not the temperature any more; the resumed agent's
+    first ``learn`` targets with 0.01 (the NumPy target at 0.01) and leaves it in the
+    state. The resume's own step (``apply_hyperparameters``) runs as the launcher runs it."""
+    import types  # noqa: PLC0415
+
+    from jaxsrl.experiment.resume import apply_hyperparameters  # noqa: PLC0415
+    old = build(**saved)
+    state = old.init(jax.random.PRNGKey(0))
+    for step in range(3):  # the run before the checkpoint
+        state, _, _ = old.learn(state, ReplayBatch(random_items(step), np.ones(B, np.float32)),
+                                jax.random.PRNGKey(step))
+    assert not np.isclose(float(jnp.exp(state.log_alpha)), 0.01)
+    restored = jax.device_get(state)  # as a checkpoint gives it back
+    resumed = build(autotune=False, alpha=0.01)
+    restored = apply_hyperparameters(restored, resumed.init(jax.random.PRNGKey(0)), "default",
+                                     types.SimpleNamespace(population=0))
+    items, rng = random_items(7), jax.random.PRNGKey(9)
+    new, metrics, _ = resumed.learn(restored, ReplayBatch(items, np.ones(B, np.float32)), rng)
+    np.testing.assert_allclose(float(metrics["target_mean"]),
+                               np_soft_target(restored, items, rng, 0.01).mean(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(float(metrics["alpha"]), 0.01, rtol=1e-6)
+    np.testing.assert_allclose(float(jnp.exp(new.log_alpha)), 0.01, rtol=1e-6)
+
+
 def test_temperature_loss_gradient_sign():
     grad = jax.grad(sac_loss.temperature_loss)
     low_entropy = jnp.full((4,), 2.0)  # entropy -2, below the target -1
@@ -194,6 +227,18 @@ def test_learn_moves_alpha_towards_the_entropy_target(target_entropy, rises):
     new, metrics, _ = fns.learn(state, ReplayBatch(random_items(), np.ones(B, np.float32)), jax.random.PRNGKey(0))
     assert (float(new.log_alpha) > float(state.log_alpha)) == rises
     assert (float(metrics["alpha"]) > 1.0) == rises
+
+
+def test_a_resume_without_random_warmup_acts_by_the_policy():
+    """A checkpoint saved before the first ``learn`` holds ``warmup`` True; resumed with
+    ``--sac.no_random_warmup``, ``act`` samples the policy (as with ``warmup`` False)."""
+    restored = build().init(jax.random.PRNGKey(0)).params
+    assert bool(restored["warmup"])
+    fns, obs, key = build(random_warmup=False), np.zeros((64, 3), np.float32), jax.random.PRNGKey(1)
+    action, _, extras = fns.act(restored, obs, None, key)
+    policy, _, expected = fns.act({**restored, "warmup": jnp.asarray(False)}, obs, None, key)
+    np.testing.assert_array_equal(np.asarray(action), np.asarray(policy))
+    np.testing.assert_array_equal(np.asarray(extras["logp"]), np.asarray(expected["logp"]))
 
 
 def test_act_bounds_warmup_and_deterministic_median():
