@@ -109,9 +109,19 @@ def check(cfg: Any, setup: Any, logdir: str) -> None:
 
     Raises:
       ResumeRefused: ``cannot resume LOGDIR: changes the learner state's structure:
-        ppo.hidden_sizes [64, 64] -> [32, 32] (...)``.
+        ppo.hidden_sizes [64, 64] -> [32, 32] (...)``, or some trainers' policies have
+        checkpoints and others none (``--population`` or the ``[dataflow]`` changed).
     """
     run = RunDir(logdir)
+    saved = {t.policy: bool(ckpt_lib.finalised_steps(run.checkpoint_dir(t.policy)))
+             for t in setup.flow.trainers}
+    if any(saved.values()) and not all(saved.values()):
+        missing = sorted(p for p, ok in saved.items() if not ok)
+        raise ResumeRefused(
+            f"cannot resume {logdir}: no checkpoint of {', '.join(missing)} (the run saved "
+            f"{', '.join(sorted(p for p, ok in saved.items() if ok))}: --population or the "
+            "[dataflow] trainers changed); resume with the run's own values, or start a new "
+            "run in another --logdir")
     for trainer in setup.flow.trainers:
         directory = run.checkpoint_dir(trainer.policy)
         stored, step = _newest_stored(directory)

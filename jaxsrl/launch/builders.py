@@ -25,9 +25,11 @@ from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch import specs
 from jaxsrl.launch.buffer_processes import BufferProcesses, shard_specs
 from jaxsrl.launch.control import Run
+from jaxsrl.launch.device_trainers import device_trainers
 from jaxsrl.launch.processes import ChildProcess
 from jaxsrl.launch.selfplay import SelfPlay
 from jaxsrl.launch.topology import envs_of
+from jaxsrl.launch.trainer_state import initial_state
 from jaxsrl.launch.worker_threads import Kind, WorkerThread
 from jaxsrl.parallel import devices
 from jaxsrl.streams import security
@@ -83,30 +85,14 @@ def _trainer_metrics(run: Run, policy: str) -> Any:
     return PolicyMetrics(run.metrics, policy) if len(run.flow.trainers) > 1 else run.metrics
 
 
-def _initial_state(run: Run, t: Any, i: int, fns: Any, ckpt: Any) -> tuple[Any, Any, int]:
-    """``(learner state, rng, version)`` of trainer ``t`` (the ``i``-th): fresh, or
-    restored from ``ckpt`` on ``--resume`` (the run's env steps follow the checkpoint)."""
-    cfg, placement = run.cfg, run.placement
-    rng = jax.random.PRNGKey(cfg.seed + 1000 * i)
-    rng, init_key = jax.random.split(rng)
-    state = devices.put_replicated(fns.init(init_key), placement.local_mesh)
-    if not cfg.resume:
-        return state, rng, 0
-    tree, meta = ckpt.restore({"agent": state, "rng": rng}, set_aside_unreadable=True)
-    state = resumption.apply_hyperparameters(tree["agent"], state, t.policy, cfg)
-    rng, version = tree["rng"], int(meta["policy_version"])
-    run.metrics.env_steps = max(run.metrics.env_steps, int(meta.get("env_steps", 0)))
-    events.emit(log, logging.INFO, "resumed", {"policy": t.policy, "version": version,
-                "env_steps": run.metrics.env_steps},
-                "resumed %s from version %d, %d env steps", t.policy, version,
-                run.metrics.env_steps)
-    return state, rng, version
-
-
 def trainers(run: Run, setup: Any) -> dict:
     """One trainer per ``[dataflow]`` trainer, from a fresh or restored state, added to
     ``run.trainers`` (``{sample stream: trainer}``, returned) as each is made, its
-    checkpointer to ``run.checkpointers`` (so a failed restore leaves them to close)."""
+    checkpointer to ``run.checkpointers`` (so a failed restore leaves them to close).
+    Device actors (a JAX-native env): the device learners of
+    :func:`jaxsrl.launch.device_trainers.device_trainers` instead."""
+    if run.inference.actor_placement == "device":  # JAX-native env: device learners
+        return device_trainers(run, setup)
     cfg, flow, placement, buffers = run.cfg, run.flow, run.placement, run.buffers
     out = run.trainers
     for i, t in enumerate(flow.trainers):
@@ -114,7 +100,7 @@ def trainers(run: Run, setup: Any) -> dict:
                                       cfg.keep_checkpoints)
         run.checkpointers.append(ckpt)
         fns = setup.fns_of[t.name]
-        state, rng, version = _initial_state(run, t, i, fns, ckpt)
+        state, rng, version = initial_state(run, t, i, fns, ckpt)
         rows = segment_rows(cfg, flow, setup, t.sample_stream)
         state, rng = placement.share_state(t.name, t.policy, state, rng, version,
                                            num_updates=setup.updates[t.name], max_rows=rows)
@@ -140,7 +126,10 @@ def selfplay(run: Run) -> SelfPlay | None:
 
 
 def trainer_workers(run: Run, setup: Any) -> list[WorkerThread]:
-    return [WorkerThread(t, Kind.TRAINER) for t in run.trainers.values()]
+    """The trainers' threads: one per trainer (a device population's members share one,
+    their handles' ``worker``)."""
+    learners = dict.fromkeys(getattr(t, "worker", t) for t in run.trainers.values())
+    return [WorkerThread(t, Kind.TRAINER) for t in learners]
 
 
 def population_workers(run: Run, setup: Any) -> list[WorkerThread]:
@@ -181,8 +170,10 @@ WORKERS: tuple[Callable[[Run, Any], list[WorkerThread]], ...] = (
 def actors(run: Run, setup: Any) -> list[ChildProcess]:
     """One :class:`ChildProcess` per actor of every actor group (not started), served by
     the run's inference backend (``run.inference``: its servers, or inline actors fed by
-    its parameter stream, whose streams name no inference server)."""
+    its parameter stream, whose streams name no inference server); none for device actors."""
     cfg, keys, inference, buffers = run.cfg, run.keys, run.inference, run.buffers
+    if inference.actor_placement == "device":  # the envs step inside the learners' calls
+        return []
     inline = inference.inline_spec()
     carry_spec = CarryCodec(setup.fns.initial_carry).spec()
     out: list[ChildProcess] = []

@@ -9,7 +9,11 @@ inference mode on the launch side:
   by :class:`~jaxsrl.launch.remote_inference.RemoteInferenceServers` (``--inference=process``);
 * :class:`InlineBackend`: the actors act themselves
   (:mod:`jaxsrl.workers.inline`); the learner publishes parameters to them and collects
-  their status (:class:`~jaxsrl.launch.inline_params.InlineParameters`).
+  their status (:class:`~jaxsrl.launch.inline_params.InlineParameters`);
+* :class:`DeviceActors`: a JAX-native env steps inside the learners' compiled calls
+  (:mod:`jaxsrl.launch.device_trainers`): no servers and no actor processes.
+
+``actor_placement`` (``"cpu"`` or ``"device"``) is what the builders ask of it.
 
 A backend is made before the run's CURVE keys (:meth:`InferenceBackend.client_keys`), built
 once the trainers exist (:meth:`InferenceBackend.build`, which returns its worker threads,
@@ -21,8 +25,9 @@ alive (:meth:`~InferenceBackend.liveness`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from jaxsrl.envs.jax_native import is_jax_native
 from jaxsrl.experiment.agent_build import agent_spec
 from jaxsrl.launch.inline_params import InlineParameters
 from jaxsrl.launch.remote_inference import RemoteInferenceServers
@@ -30,17 +35,24 @@ from jaxsrl.launch.topology import ACTOR_MODULE, INLINE_MODULE, Assigner, envs_o
 from jaxsrl.launch.worker_threads import Kind, WorkerThread
 from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
 
-if TYPE_CHECKING:
-    from jaxsrl.launch.control import Run
+#: What the backends' ``build`` gets: the launcher's :class:`~jaxsrl.launch.control.Run`
+#: (named, not imported: the control loop imports this module's protocol).
+Run = Any
 
 
 class InferenceBackend(Protocol):
-    """What the launcher asks of where inference runs (module docstring)."""
+    """What the launcher asks of where inference runs (module docstring).
+
+    Attributes:
+      actor_placement: ``"cpu"`` (actor processes step the envs) or ``"device"``.
+    """
+
+    actor_placement: str
 
     def client_keys(self, flow: Any) -> int:
         """CURVE client key pairs this backend's own processes need (after the actors')."""
 
-    def build(self, run: "Run", setup: Any) -> list[WorkerThread]:
+    def build(self, run: Run, setup: Any) -> list[WorkerThread]:
         """Build its workers for ``run`` (trainers and self-play pools built); not started."""
 
     def actor_module(self) -> str:
@@ -65,9 +77,14 @@ def inference_backend(cfg: Any) -> InferenceBackend:
     """The run's inference backend, picked from ``cfg.inference`` (``"auto"`` already
     resolved by :func:`jaxsrl.experiment.inline.auto_mode`).
 
+    A JAX-native ``cfg.env`` gets :class:`DeviceActors` (``cfg.inference`` is ``"auto"``:
+    any other value is refused by the config's checks).
+
     Raises:
       ValueError: ``cfg.inference`` is still ``"auto"`` or not a mode.
     """
+    if is_jax_native(cfg.env):
+        return DeviceActors()
     backends = {"inline": InlineBackend, "process": ProcessServers, "thread": ThreadServers}
     if cfg.inference not in backends:
         raise ValueError(f"inference={cfg.inference!r} is not resolved to one of "
@@ -75,7 +92,7 @@ def inference_backend(cfg: Any) -> InferenceBackend:
     return backends[cfg.inference]()
 
 
-def stream_rows(run: "Run", setup: Any) -> dict[str, int]:
+def stream_rows(run: Run, setup: Any) -> dict[str, int]:
     """Inference stream -> rows of all its actors (at least 1): every server of a stream
     can take all its actors in one batch."""
     cfg, flow = run.cfg, run.flow
@@ -97,6 +114,8 @@ class ThreadServers:
       servers: server name -> its :class:`PolicyWorker` (after :meth:`build`).
     """
 
+    actor_placement = "cpu"
+
     def __init__(self):
         self.servers: dict[str, PolicyWorker] = {}
         self._assigner: Assigner | None = None
@@ -104,7 +123,7 @@ class ThreadServers:
     def client_keys(self, flow: Any) -> int:
         return 0
 
-    def build(self, run: "Run", setup: Any) -> list[WorkerThread]:
+    def build(self, run: Run, setup: Any) -> list[WorkerThread]:
         cfg, rows = run.cfg, stream_rows(run, setup)
         for i, p in enumerate(run.flow.policy_workers):
             for j, name in enumerate(server_names(p.name, p.count)):
@@ -149,6 +168,8 @@ class ProcessServers:
       supervisor: the :class:`RemoteInferenceServers` (after :meth:`build`).
     """
 
+    actor_placement = "cpu"
+
     def __init__(self):
         self.supervisor: RemoteInferenceServers | None = None
         self._assigner: Assigner | None = None
@@ -156,7 +177,7 @@ class ProcessServers:
     def client_keys(self, flow: Any) -> int:
         return sum(p.count for p in flow.policy_workers)
 
-    def build(self, run: "Run", setup: Any) -> list[WorkerThread]:
+    def build(self, run: Run, setup: Any) -> list[WorkerThread]:
         flow = run.flow
         self.supervisor = RemoteInferenceServers(
             run.cfg, flow, stream_rows(run, setup), run.store, run.metrics, run.table,
@@ -192,6 +213,8 @@ class InlineBackend:
       params: the :class:`InlineParameters` (after :meth:`build`).
     """
 
+    actor_placement = "cpu"
+
     def __init__(self):
         self.params: InlineParameters | None = None
         self._cfg: Any = None
@@ -199,7 +222,7 @@ class InlineBackend:
     def client_keys(self, flow: Any) -> int:
         return 0
 
-    def build(self, run: "Run", setup: Any) -> list[WorkerThread]:
+    def build(self, run: Run, setup: Any) -> list[WorkerThread]:
         self._cfg = run.cfg
         self.params = InlineParameters(run.cfg, [t.policy for t in run.trainers.values()],
                                        run.store, run.metrics, run.table, run.context,
@@ -222,3 +245,31 @@ class InlineBackend:
 
     def compiling(self) -> str:
         return "the actors compile act (inline inference) and learn compiles"
+
+
+class DeviceActors:
+    """Device actors (a JAX-native env): the learners step the environments inside their
+    compiled calls; no inference servers, no actor processes."""
+
+    actor_placement = "device"
+
+    def client_keys(self, flow: Any) -> int:
+        return 0
+
+    def build(self, run: Run, setup: Any) -> list[WorkerThread]:
+        return []
+
+    def actor_module(self) -> str:
+        raise RuntimeError("device actors start no actor processes")
+
+    def assign(self, inference_stream: str) -> tuple[str, ...]:
+        return ()
+
+    def inline_spec(self) -> dict | None:
+        return None
+
+    def liveness(self, addresses: set[str]) -> list[tuple[bool, float]]:
+        return []
+
+    def compiling(self) -> str:
+        return "the device learners compile their rollout-and-learn steps"

@@ -24,8 +24,10 @@ is restarted with a growing delay (:func:`restart_delay`); an environment that k
 failing stops the run with its error; a dead or stalled inference server or trainer
 stops the run with an error naming it.
 
-A JAX-native ``--env`` (``gymnax:CartPole-v1``) runs on device actors instead
-(:mod:`jaxsrl.launch.device_actors`): one branch of :func:`train`, same run folder.
+A JAX-native ``--env`` (``gymnax:CartPole-v1``) runs on device actors: the same run
+(folder, checks, control loop, checkpoints, evaluation, population, shutdown) whose
+learners step the environments themselves (:mod:`jaxsrl.launch.device_trainers`, picked
+by the inference backend :class:`~jaxsrl.launch.inference_backends.DeviceActors`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from jaxsrl.experiment import run_dir as run_folder
 from jaxsrl.experiment.metrics import Clock
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.envs.jax_native import is_jax_native
-from jaxsrl.launch import device_actors, wiring
+from jaxsrl.launch import wiring
+from jaxsrl.launch.device_trainers import envs_text
 from jaxsrl.launch.control import ControlLoop, Run, install_stop_handlers
 from jaxsrl.launch.placement import learner_placement
 from jaxsrl.launch.processes import Spawner, stop_all
@@ -100,8 +103,6 @@ def train(cfg: Any, spawner: Spawner | None = None) -> dict:
     lock = run_folder.claim(logdir, cfg.resume, cfg.overwrite)
     try:
         with events.recording(RunDir(logdir).events_path):
-            if is_jax_native(cfg.env):  # device actors (Anakin): their own run loop
-                return device_actors.train(cfg, logdir)
             return _train(cfg, spawner, logdir)
     finally:
         lock.release()
@@ -118,7 +119,16 @@ def _configure(cfg: Any) -> None:
 
 
 def _inference_mode(cfg: Any, flow: Any, setup: Any, placement: Any) -> tuple[Any, str]:
-    """``cfg`` with ``inference="auto"`` resolved (:func:`inline_lib.auto_mode`), and why."""
+    """``cfg`` with ``inference="auto"`` resolved (:func:`inline_lib.auto_mode`), and why
+    (device actors: ``cfg`` as it is, no inference servers)."""
+    if is_jax_native(cfg.env):
+        members = cfg.population or 0
+        who = "members' policies" if members else "policy"
+        return cfg, (f"none, actors on the device: {cfg.env} is a JAX-native environment, so its "
+                     f"{envs_text(cfg.batch_segments, members)} step on the device next to the "
+                     f"{who} inside one compiled "
+                     f"rollout-and-learn step of {cfg.segment_length} steps per update "
+                     "(device actors)")
     if cfg.inference != "auto":
         return cfg, cfg.inference
     off_policy = any(fns.replay is not None for fns in setup.fns_of.values())
@@ -130,7 +140,7 @@ def _inference_mode(cfg: Any, flow: Any, setup: Any, placement: Any) -> tuple[An
 
 
 def devices_line(learner_devices: Any, processes: int, inline: bool, remote: bool,
-                 jax_platforms: str = "") -> str:
+                 jax_platforms: str = "", device_actors: bool = False) -> str:
     """The devices the learner and inference use, for the run's first log line, e.g.
     ``"learner cpu:0 (x1), inference the same (threads of the learner)"``.
 
@@ -140,8 +150,11 @@ def devices_line(learner_devices: Any, processes: int, inline: bool, remote: boo
       inline: inline inference (the actors act, on CPU unless ``jax_platforms`` says else).
       remote: inference servers are processes of their own, on their hosts' devices.
       jax_platforms: ``$JAX_PLATFORMS`` as the inline actors inherit it ("" if unset).
+      device_actors: the envs step on the learner's devices (a JAX-native env).
     """
     learner = devices.describe(learner_devices)
+    if device_actors:
+        return f"learner {learner}, actors and inference the same (device actors)"
     if processes > 1:
         learner += f" in each of {processes} learner processes"
     if inline:
@@ -163,6 +176,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     old_handlers: dict = {}
     record: dict = {}
     run: Run | None = None
+    finished = False  # the control loop ended the run (not a signal or an error)
     try:
         setup = wiring.agent_setup(cfg, flow, placement)  # ValueErrors before anything starts
         requested = cfg.inference
@@ -177,13 +191,14 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
         run_folder.prepare(logdir, cfg.overwrite)
         if not cfg.resume:
             RunDir(logdir).write_config(config)
+        device_actors = is_jax_native(cfg.env)
         where = devices_line(placement.local_mesh.devices.flat, placement.processes,
                              cfg.inline_inference, cfg.remote_inference,
-                             os.environ.get("JAX_PLATFORMS", ""))
+                             os.environ.get("JAX_PLATFORMS", ""), device_actors)
         events.emit(log, logging.INFO, "run_start",
                     {"agent": cfg.agent, "env": cfg.env, "resume": bool(cfg.resume),
                      "launcher": cfg.launcher, "inference": cfg.inference, "pid": os.getpid(),
-                     "devices": where},
+                     "devices": where, "actors": "device" if device_actors else "processes"},
                     "run of %s on %s starts in %s%s; inference: %s; devices: %s", cfg.agent,
                     cfg.env, logdir, " (resumed)" if cfg.resume else "", why, where)
         done = cfg.resume and resumption.budget_reached(logdir, cfg.total_env_steps)
@@ -193,13 +208,14 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
         old_handlers = install_stop_handlers()
         wiring.start(run, setup, restored=lambda: resumption.commit_config(logdir, config))
         record.update(ControlLoop(run)())
+        finished = True
     finally:
         # A second signal (e.g. from a process manager) must not cut the cleanup short.
         for sig in old_handlers:
             signal.signal(sig, signal.SIG_IGN)
         try:
             if run is not None:
-                record.update(_shutdown(run))
+                record.update(_shutdown(run, finished))
         finally:
             placement.close()
             for sig, handler in old_handlers.items():
@@ -207,13 +223,17 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
     return record | {"logdir": logdir}
 
 
-def _shutdown(run: Run) -> dict:
+def _shutdown(run: Run, finished: bool = False) -> dict:
     """Stop everything of ``run`` (learners' intake, then actors, then the other
     workers), save the final checkpoints and write
-    the closing metrics line; returns the counters it holds."""
+    the closing metrics line; returns the counters it holds. A ``finished`` run (its
+    control loop ended it) first waits for its running evaluation and records it."""
     record: dict = {}
     if run.evaluator is not None:
+        result = run.evaluator.finish() if finished else None
         run.evaluator.stop()
+        if result and run.writer is not None:
+            run.writer.write(result | {"wall_time_s": run.clock()})
     # The learners take no more samples once the run is done: segments queued while the
     # actors stop would otherwise be learned and counted (docs/reliability.md, shutdown).
     for w in run.trainer_threads():

@@ -1,11 +1,12 @@
 """Periodic evaluation during training (``--eval_every``), in a separate process.
 
-Every ``eval_every`` policy versions the launcher asks the learners for a checkpoint
-and, once it is on disk, starts ``python -m jaxsrl.cli.evaluate --logdir LOGDIR --json ...`` as
+Both placements (CPU and device actors) evaluate this way. Every ``eval_every`` policy
+versions the launcher asks the learners for a checkpoint and, once it is on disk, starts ``python -m jaxsrl.cli.evaluate --logdir LOGDIR --json ...`` as
 a child process (one at a time), so evaluation never stalls the actors or the
 learner. When it finishes, its summary is logged into ``metrics.jsonl`` under
 ``eval/`` keys (``eval/return_mean``, ``eval/return_mean/<team>``, ``eval/policy_version``,
-...), separately from the training returns.
+...), separately from the training returns. A run that ends normally waits for the running
+evaluation (:meth:`PeriodicEvaluator.finish`); Ctrl-C or a failure kills it.
 """
 
 from __future__ import annotations
@@ -71,7 +72,24 @@ class PeriodicEvaluator:
         with open(self._path) as f:
             return eval_metrics(json.load(f)["summary"], self._version)
 
+    def finish(self, timeout_s: float = 300.0) -> dict | None:
+        """At a run's normal end: wait for the running evaluation, if any (at most
+        ``timeout_s`` seconds, then it is killed), and return its metrics (``None``:
+        none was running). Evaluations are bounded (an env without a time limit is cut,
+        ``jaxsrl.tools.evaluation``), so this wait ends."""
+        if self.proc is None:
+            return None
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("evaluation of version %d still runs after %.0f s: stopped", self._version,
+                        timeout_s)
+            self.stop()
+            return None
+        return self.poll(None)
+
     def stop(self) -> None:
+        """Kill the running evaluation, if any (Ctrl-C, SIGTERM, a failed run)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()

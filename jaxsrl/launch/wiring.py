@@ -23,7 +23,8 @@ import zmq
 from jaxsrl.core.agent import AgentFns, EnvSpec
 from jaxsrl.experiment.agent_build import factory_of_run
 from jaxsrl.experiment.metrics import MetricsAccumulator, MetricsWriter
-from jaxsrl.launch import builders, serial
+from jaxsrl.envs.jax_native import is_jax_native
+from jaxsrl.launch import builders, device_trainers, serial
 from jaxsrl.launch.control import Run, RunContext
 from jaxsrl.launch.inference_backends import inference_backend
 from jaxsrl.launch.periodic_eval import PeriodicEvaluator
@@ -112,8 +113,9 @@ def agent_setup(cfg: Any, flow: Any, placement: Any) -> AgentSetup:
     """Resolve the agent and spaces of a run and jit its ``act``.
 
     Raises:
-      ValueError: ``batch_segments`` not divisible by the local devices, or an
-        unsupported observation or action space.
+      ValueError: ``batch_segments`` not divisible by the local devices, an
+        unsupported observation or action space, or a JAX-native env's agent that
+        device actors cannot run (:func:`jaxsrl.launch.device_trainers.check`).
     """
     n_dev = placement.local_mesh.size
     if cfg.batch_segments % n_dev:
@@ -125,7 +127,12 @@ def agent_setup(cfg: Any, flow: Any, placement: Any) -> AgentSetup:
     action_leaf(action_space)
     spec = EnvSpec(obs_space, action_space)
     teams = factory.env.teams
-    updates = planned_updates(cfg, flow, teams, factory.make(1).replay)  # make: closures only
+    replay = factory.make(1).replay  # make: closures only
+    if is_jax_native(cfg.env):  # device actors: their own plan and limits
+        device_trainers.check(cfg, flow, replay, n_dev)
+        updates = device_trainers.planned_updates(cfg, flow, replay)
+    else:
+        updates = planned_updates(cfg, flow, teams, replay)
     fns_of = {t.name: factory.make(updates[t.name]) for t in flow.trainers}
     flow = replay_setup.complete_dataflow(flow, fns_of, placement.processes, cfg)
     act = placement.jit_act(fns_of[flow.trainers[0].name].act)

@@ -23,7 +23,9 @@ SMALL = ["--env=gymnax:CartPole-v1", "--segment_length=16", "--batch_segments=8"
 
 def test_eval_every_then_evaluate_py_on_the_run_folder(tmp_path, capsys):
     logdir = str(tmp_path / "run")
-    # 10 updates of 8 x 16 steps: evaluations of versions 4 and 8.
+    # 10 updates of 8 x 16 steps: evaluations every 4 versions, each in a process of its
+    # own as on CPU actors (one at a time: a version is skipped while one runs); the run
+    # waits for the running one at its end.
     out = train(load_config(SMALL + ["--total_env_steps=1280", "--eval_every=4",
                                      "--eval_episodes=2", f"--logdir={logdir}"]))
     assert out["policy_version"] >= 10
@@ -31,14 +33,17 @@ def test_eval_every_then_evaluate_py_on_the_run_folder(tmp_path, capsys):
     with open(os.path.join(logdir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
     versions = [r["eval/policy_version"] for r in records if "eval/policy_version" in r]
-    assert versions == [4.0, 8.0]  # each evaluation in one record, as the CPU path adds them
-    with open(run.eval_file(8)) as f:
+    assert versions and versions[0] >= 4.0  # each evaluation in one record
+    assert all(b - a >= 4 for a, b in zip(versions, versions[1:]))
+    first = int(versions[0])
+    with open(run.eval_file(first)) as f:
         saved = json.load(f)
     assert saved["summary"]["episodes"] == 2 and saved["summary"]["deterministic"] is True
     assert len(saved["episodes"]) == 2 and 1 <= saved["summary"]["return_mean"] <= 500
     checkpoint = saved["checkpoints"]["default"]
-    assert checkpoint == os.path.join(run.checkpoint_dir("default"), "8")
-    record = next(r for r in records if r.get("eval/policy_version") == 8.0)
+    assert os.path.dirname(checkpoint) == run.checkpoint_dir("default")
+    assert int(os.path.basename(checkpoint)) >= first  # the newest when it started
+    record = next(r for r in records if r.get("eval/policy_version") == versions[0])
     assert record["eval/return_mean"] == saved["summary"]["return_mean"]
 
     # scripts/evaluate.py on that checkpoint: the same episodes (same key, greedy actions).

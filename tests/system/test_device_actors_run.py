@@ -49,7 +49,7 @@ def test_train_py_on_device_actors_then_resume(tmp_path, env_id):
     last = records[-1]
     assert last["final"] and last["env_steps"] >= 2048
     assert last["policy_version"] == last["env_steps"] // (8 * 16)
-    interval = next(r for r in records if "fps" in r)
+    interval = next(r for r in records if "fps" in r and r["env_steps"])
     for key in ("episode_return_mean", "episode_length_mean", "loss/total", "staleness_mean"):
         assert key in interval, key
     run = RunDir(logdir)

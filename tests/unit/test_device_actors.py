@@ -428,25 +428,25 @@ class _StopBeforeTheLoop(Exception):
 
 
 @pytest.mark.parametrize("population, expected", [
-    (0, "so its 8 envs step next to the policy inside"),
-    (3, "so its 3 members x 8 envs = 24 envs step next to the members' policies inside")])
+    (0, "so its 8 envs step on the device next to the policy inside"),
+    (3, "so its 3 members x 8 envs = 24 envs step on the device next to the members' policies "
+        "inside")])
 def test_the_first_log_line_states_the_envs_per_member_and_the_runs_total(
         tmp_path, monkeypatch, caplog, population, expected):
-    """The run_start line of jaxsrl/launch/device_actors.py ``train``, the loop itself
-    replaced by one that stops the run (nothing is compiled)."""
+    """The run_start line of the launcher on device actors, the run itself stopped when
+    it is built (nothing is compiled)."""
     import logging  # noqa: PLC0415
     from jaxsrl.experiment.config import load_config  # noqa: PLC0415
-    from jaxsrl.launch import device_actors, device_population  # noqa: PLC0415
+    from jaxsrl.launch import launcher, wiring  # noqa: PLC0415
 
     def stop(*args, **kwargs):
         raise _StopBeforeTheLoop
 
-    monkeypatch.setattr(device_population, "PopulationLoop", stop)
-    monkeypatch.setattr(device_actors, "_Loop", stop)
+    monkeypatch.setattr(wiring, "new_run", stop)
     logdir = str(tmp_path / "run")
     cfg = load_config([f"--env={CARTPOLE}", f"--population={population}", "--batch_segments=8",
                        "--segment_length=4", f"--logdir={logdir}"])
     with caplog.at_level(logging.INFO), pytest.raises(_StopBeforeTheLoop):
-        device_actors.train(cfg, logdir)
+        launcher.train(cfg)
     (line,) = [r.getMessage() for r in caplog.records if "starts in" in r.getMessage()]
     assert expected in line, line

@@ -4,6 +4,8 @@ CPU path's population manager applied to the stacked states."""
 
 from __future__ import annotations
 
+import threading
+import time
 import types
 
 import gymnasium
@@ -101,7 +103,8 @@ def test_a_pbt_round_copies_the_chosen_member_exactly_as_the_cpu_rules_decide(tm
     events are PBT.decide's on the same fitness, hyperparameters and seed; the bottom
     member's slice becomes the source's (every leaf) with the perturbed learning rate,
     its version goes up by one and a checkpoint is asked; other members are unchanged."""
-    from jaxsrl.launch.device_population import MemberHandle
+    from jaxsrl.workers.device.population_trainer import MemberHandle
+    from jaxsrl.workers.learner.requests import RequestQueue
     spec = EnvSpec(gymnasium.spaces.Box(-1.0, 1.0, (4,), np.float32), gymnasium.spaces.Discrete(2))
     fns = ppo.make(ppo.PPOConfig(hidden_sizes=(8,)), spec, num_updates=10)
     names = [f"member{i}" for i in range(4)]
@@ -109,9 +112,16 @@ def test_a_pbt_round_copies_the_chosen_member_exactly_as_the_cpu_rules_decide(tm
     mesh = devices.local_mesh()
     states = jax.jit(jax.vmap(fns.init))(jax.random.split(jax.random.PRNGKey(0), 4))
     states = states._replace(hyper={**states.hyper, "learning_rate": jnp.asarray(lrs, jnp.float32)})
+    # The population learner as its members see it; its thread serves their requests.
     loop = types.SimpleNamespace(state=devices.put_replicated(states, mesh),
-                                 version=jnp.asarray([3, 4, 5, 6], jnp.int32), mesh=mesh)
-    handles = {m: MemberHandle(loop, i, m) for i, m in enumerate(names)}
+                                 versions=np.array([3, 4, 5, 6]), mesh=mesh,
+                                 _requests=RequestQueue("population"), stop=threading.Event())
+    serving = threading.Thread(target=lambda: [loop._requests.serve() or time.sleep(0.001)
+                                               for _ in iter(lambda: loop.stop.is_set(), True)],
+                               daemon=True)
+    serving.start()
+    handles = {m: MemberHandle(loop, i, m, MetricsAccumulator(), None)
+               for i, m in enumerate(names)}
     fitness = {"member0": 40.0, "member1": 10.0, "member2": 30.0, "member3": 20.0}
     tracker = FitnessTracker(names)
     for m, f in fitness.items():
@@ -125,6 +135,8 @@ def test_a_pbt_round_copies_the_chosen_member_exactly_as_the_cpu_rules_decide(tm
     before = jax.device_get(loop.state)
     expected = PBT(space).decide(fitness, hyper, np.random.default_rng(3))
     events = manager.step()
+    loop.stop.set()
+    serving.join(timeout=60)
     assert events == expected and len(events) == 1
     event = events[0]
     assert (event.member, event.source) == ("member1", "member0")
@@ -140,7 +152,7 @@ def test_a_pbt_round_copies_the_chosen_member_exactly_as_the_cpu_rules_decide(tm
     for k in set(range(4)) - {i}:
         for x, y in zip(jax.tree.leaves(row(after, k)), jax.tree.leaves(row(before, k))):
             np.testing.assert_array_equal(x, y)
-    assert np.asarray(loop.version).tolist() == [3, 5, 5, 6]
+    assert loop.versions.tolist() == [3, 5, 5, 6]
     assert handles[event.member].checkpoint_requested.is_set()
     assert [e["member"] for e in PopulationStore(str(tmp_path)).events()] == ["member1"]
 

@@ -3,7 +3,11 @@ compiled function rolls ``N`` environments out for ``T`` steps with the current
 parameters and runs ``learn`` on that trajectory (zero staleness: every action was
 chosen by the parameters being updated), sharded over the local devices like the
 learner (:mod:`jaxsrl.parallel.devices`: environments split along the ``"data"`` axis,
-learner state replicated)."""
+learner state replicated).
+
+Non-finite values are decided inside the step (:mod:`jaxsrl.workers.device.finite`): an
+update whose trajectory or new learner state holds NaN or Inf is not kept (the old
+state is returned) and the step's ``health`` says so; the host counts it."""
 
 from __future__ import annotations
 
@@ -14,22 +18,30 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxsrl.parallel import devices
+from jaxsrl.workers.device import finite
 
 
 def make_fused_step(rollout: Callable, learn: Callable) -> Callable:
-    """``step(state, env_carry, rng, version) -> (state, env_carry, rng, metrics, stats)``.
+    """``step(state, env_carry, rng, version) -> (state, env_carry, rng, metrics, stats,
+    health)``.
 
     Exactly ``rollout`` then ``learn``: ``rng`` is split into ``(rng, k_rollout,
     k_learn)``; the rollout acts with ``state.params`` at policy ``version``; ``learn``
     gets that trajectory and ``k_learn``. ``metrics`` are ``learn``'s, ``stats`` the
-    rollout's :class:`~jaxsrl.workers.device.rollout.EpisodeStats`.
+    rollout's :class:`~jaxsrl.workers.device.rollout.EpisodeStats`, ``health``
+    :func:`~jaxsrl.workers.device.finite.health`'s: the new state is returned only if it
+    and the trajectory are finite, else the old one (``health["skipped"]`` 1).
     """
 
     def step(state, env_carry, rng, version):
         rng, k_rollout, k_learn = jax.random.split(rng, 3)
         env_carry, traj, stats = rollout(state.params, env_carry, k_rollout, version)
-        state, metrics = learn(state, traj, k_learn)
-        return state, env_carry, rng, metrics, stats
+        new_state, metrics = learn(state, traj, k_learn)
+        bad = finite.bad_rows(traj)
+        state_ok = finite.all_finite(new_state)
+        ok = state_ok & (bad["any"] == 0)
+        state = finite.keep_if(ok, new_state, state)
+        return state, env_carry, rng, metrics, stats, finite.health(bad, ~ok)
 
     return step
 
@@ -41,7 +53,7 @@ def jit_fused_step(step: Callable, mesh: Mesh) -> Callable:
     ``mesh.size``."""
     rep, shard = devices.replicated(mesh), devices.batch_sharded(mesh)
     return jax.jit(step, in_shardings=(rep, shard, rep, rep),
-                   out_shardings=(rep, shard, rep, rep, rep), donate_argnums=(0, 1))
+                   out_shardings=(rep, shard, rep, rep, rep, rep), donate_argnums=(0, 1))
 
 
 def put_env_carry(env_carry: Any, mesh: Mesh) -> Any:

@@ -47,6 +47,7 @@ from jaxsrl.core.agent import AgentFns, ReplaySpec
 from jaxsrl.parallel import devices
 from jaxsrl.workers.buffer.replay import Replay, beta_schedule
 from jaxsrl.workers.buffer.stats import policy_version_of
+from jaxsrl.workers.device import finite
 
 
 class DeviceReplay(NamedTuple):
@@ -109,7 +110,7 @@ def make_offpolicy_step(rollout: Callable, fns: AgentFns, replay: Replay,
     """``(step, K)``: the compiled off-policy step's function and its scan length.
 
     ``step(state, env_carry, replay_state, rng, version, todo) -> (state, env_carry,
-    replay_state, rng, metrics, stats)``:
+    replay_state, rng, metrics, stats, health)``:
 
     - ``rng`` is split into ``(rng, k_rollout, k_learn)``; ``k_learn`` into ``K`` keys,
       key ``i`` into ``(k_sample, k_update)`` for update ``i``;
@@ -123,7 +124,11 @@ def make_offpolicy_step(rollout: Callable, fns: AgentFns, replay: Replay,
       calls since they were collected), ``replay/bad_priorities``, and with prioritised
       replay ``replay/priority_mean`` / ``replay/priority_max`` (``p^alpha`` over held
       items); ``stats`` the rollout's
-      :class:`~jaxsrl.workers.device.rollout.EpisodeStats`.
+      :class:`~jaxsrl.workers.device.rollout.EpisodeStats`;
+    - non-finite values (:mod:`~jaxsrl.workers.device.finite`): a trajectory holding NaN
+      or Inf is not inserted and no update runs on that step; an update whose new state
+      holds one is not kept (nor are its priorities); ``health`` counts both
+      (``skipped``: the ``todo`` learn calls not kept).
 
     Args:
       rollout: :func:`~jaxsrl.workers.device.rollout.make_rollout`'s function.
@@ -155,30 +160,37 @@ def make_offpolicy_step(rollout: Callable, fns: AgentFns, replay: Replay,
         state, r = args
         k_sample, k_update = jax.random.split(key)
         batch, ids = replay.sample_fn(r.buffer, k_sample, beta(version + i), r.size, r.inserted)
-        state, metrics, priorities = fns.learn(state, split(batch), k_update)
+        new_state, metrics, priorities = fns.learn(state, split(batch), k_update)
+        ok = finite.all_finite(new_state)  # a non-finite result is not kept
+        state = finite.keep_if(ok, new_state, state)
         age = (version + i - policy_version_of(batch.items)).astype(jnp.float32)
         if spec.prioritised:
-            buf, bad = replay.set_priorities_fn(r.buffer, r.bad, ids, priorities, r.size,
-                                                r.inserted)
-            r = r._replace(buffer=buf, bad=bad)
-        return (state, r), (metrics, jnp.mean(age), jnp.max(age))
+            def write(r):
+                buf, bad = replay.set_priorities_fn(r.buffer, r.bad, ids, priorities, r.size,
+                                                    r.inserted)
+                return r._replace(buffer=buf, bad=bad)
+            r = jax.lax.cond(ok, write, lambda r: r, r)
+        return (state, r), (metrics, jnp.mean(age), jnp.max(age), ~ok)
 
     def step(state, env_carry, r, rng, version, todo):
         rng, k_rollout, k_learn = jax.random.split(rng, 3)
         env_carry, traj, stats = rollout(state.params, env_carry, k_rollout, version)
         items, _ = fns.to_items(traj)
-        r = DeviceReplay(replay.add_fn(r.buffer, items), r.bad,
-                         jnp.minimum(r.size + items_per_step, capacity).astype(jnp.int32),
-                         ((r.inserted + items_per_step) % period).astype(jnp.int32))
+        bad = finite.bad_rows(traj)
+        clean = bad["any"] == 0  # a trajectory with NaN or Inf is not inserted
+        r = jax.lax.cond(clean, lambda r: DeviceReplay(
+            replay.add_fn(r.buffer, items), r.bad,
+            jnp.minimum(r.size + items_per_step, capacity).astype(jnp.int32),
+            ((r.inserted + items_per_step) % period).astype(jnp.int32)), lambda r: r, r)
         shapes = jax.eval_shape(lambda a: update(a, 0, k_learn, version)[1], (state, r))
         skipped = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
         def body(args, xs):
             i, key = xs
-            return jax.lax.cond(i < todo, lambda a: update(a, i, key, version),
+            return jax.lax.cond((i < todo) & clean, lambda a: update(a, i, key, version),
                                 lambda a: (a, skipped), args)
 
-        (state, r), (metrics, age_mean, age_max) = jax.lax.scan(
+        (state, r), (metrics, age_mean, age_max, not_kept) = jax.lax.scan(
             body, (state, r), (jnp.arange(K, dtype=jnp.int32), jax.random.split(k_learn, K)))
         ran = jnp.arange(K) < todo
         count = jnp.maximum(todo, 1).astype(jnp.float32)
@@ -190,7 +202,8 @@ def make_offpolicy_step(rollout: Callable, fns: AgentFns, replay: Replay,
         if spec.prioritised:
             p_mean, p_max = replay.priority_stats_fn(r.buffer, r.size)
             out["replay/priority_mean"], out["replay/priority_max"] = p_mean, p_max
-        return state, env_carry, r, rng, out, stats
+        ran_not_kept = jnp.sum(ran & not_kept) + jnp.where(clean, 0, todo)
+        return state, env_carry, r, rng, out, stats, finite.health(bad, ran_not_kept)
 
     return step, K
 
@@ -202,4 +215,4 @@ def jit_offpolicy_step(step: Callable, mesh: Mesh) -> Callable:
     be divisible by ``mesh.size``."""
     rep, shard = devices.replicated(mesh), devices.batch_sharded(mesh)
     return jax.jit(step, in_shardings=(rep, shard, rep, rep, rep, rep),
-                   out_shardings=(rep, shard, rep, rep, rep, rep), donate_argnums=(0, 1, 2))
+                   out_shardings=(rep, shard, rep, rep, rep, rep, rep), donate_argnums=(0, 1, 2))

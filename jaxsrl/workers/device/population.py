@@ -26,7 +26,7 @@ from jaxsrl.parallel import devices
 
 def make_population_step(step: Callable) -> Callable:
     """``step`` (one member's ``(state, env_carry, rng, version) -> (state, env_carry,
-    rng, metrics, stats)``) mapped over a leading member axis of all its arguments and
+    rng, metrics, stats, health)``) mapped over a leading member axis of all its arguments and
     results: member ``i``'s results are ``step`` of member ``i``'s arguments only."""
     return jax.vmap(step, in_axes=(0, 0, 0, 0), out_axes=0)
 
@@ -43,7 +43,7 @@ def jit_population_step(step: Callable, mesh: Mesh) -> Callable:
     and environment carry donated. ``N`` must be divisible by ``mesh.size``."""
     rep, shard = devices.replicated(mesh), member_env_sharding(mesh)
     return jax.jit(step, in_shardings=(rep, shard, rep, rep),
-                   out_shardings=(rep, shard, rep, rep, rep), donate_argnums=(0, 1))
+                   out_shardings=(rep, shard, rep, rep, rep, rep), donate_argnums=(0, 1))
 
 
 def stack(trees: Sequence[Any]) -> Any:

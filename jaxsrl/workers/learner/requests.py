@@ -42,6 +42,10 @@ class RequestQueue:
                 self._queue.put((fn, args, future))
         return future
 
+    def pending(self) -> bool:
+        """Whether a request waits (thread-safe; it may be served or cancelled meanwhile)."""
+        return not self._queue.empty()
+
     def serve(self) -> None:
         """Run every queued request now (call from the worker's thread)."""
         while True:

@@ -1,7 +1,8 @@
 """The host side of an off-policy agent on device actors: builds and compiles the step
 of :mod:`jaxsrl.workers.device.offpolicy`, keeps its replay state on the device between
 steps, and counts, as exact integers, the items inserted and the ``learn`` calls due
-(:func:`~jaxsrl.workers.device.offpolicy.updates_due`, the CPU path's plan).
+(:func:`~jaxsrl.workers.device.offpolicy.updates_due`, the CPU path's plan), never more
+than the run's planned learn calls.
 
 The replay is not checkpointed (the CPU path's default; ``--save_replay`` is refused
 with device actors): a resumed run starts an empty replay, refills it up to
@@ -31,8 +32,8 @@ log = logging.getLogger("jaxsrl")
 
 class OffPolicySteps:
     """``steps(state, env_carry, rng, version) -> (state, env_carry, rng, metrics, stats,
-    updates)``: one compiled off-policy step (rollout, insert, the ``updates`` learn
-    calls due), the replay carried inside.
+    health, updates)``: one compiled off-policy step (rollout, insert, the ``updates``
+    learn calls due), the replay carried inside.
 
     Args:
       fns: the off-policy agent's functions.
@@ -41,6 +42,8 @@ class OffPolicySteps:
       items_per_step: ``N * T``.
       planned_updates: the run's planned learn calls (beta schedule horizon).
       example: ``(state, env_carry, rng)`` placed as the loop passes them, to compile for.
+      done_updates: learn calls the learner state has seen already (its restored policy
+        version): the steps run at most ``planned_updates - done_updates`` more.
 
     ``metrics`` holds the step's device metrics plus the host's ``replay/size``,
     ``replay/inserts``, ``replay/samples``, ``replay/ratio`` (samples per item inserted
@@ -52,7 +55,7 @@ class OffPolicySteps:
     """
 
     def __init__(self, fns: AgentFns, rollout: Callable, mesh: Mesh, items_per_step: int,
-                 planned_updates: int, example: tuple):
+                 planned_updates: int, example: tuple, done_updates: int = 0):
         state, env_carry, rng = example
         self.spec, self.items_per_step = fns.replay, items_per_step
         traj = jax.eval_shape(rollout, state.params, env_carry, rng, jnp.int32(0))[1]
@@ -65,10 +68,11 @@ class OffPolicySteps:
         self._step = jit_offpolicy_step(step, mesh).lower(
             state, env_carry, self.replay, rng, jnp.int32(0), jnp.int32(0)).compile()
         self.inserted = self.updates = 0  # in this buffer: items written, learn calls run
+        self.left = max(0, planned_updates - done_updates)  # learn calls the plan still allows
 
     def __call__(self, state: Any, env_carry: Any, rng: jax.Array, version: int) -> tuple:
         self.inserted += self.items_per_step
-        todo = updates_due(self.inserted, self.spec) - self.updates
+        todo = min(updates_due(self.inserted, self.spec) - self.updates, self.left)
         if not 0 <= todo <= self.max_updates:  # never: see offpolicy.max_updates
             raise RuntimeError(f"{todo} learn calls due in one step, the step runs at most "
                                f"{self.max_updates}")
@@ -76,7 +80,8 @@ class OffPolicySteps:
             log.info("device actors: replay holds %d items: learning starts",
                      min(self.inserted, self.spec.capacity))
         self.updates += todo
-        state, env_carry, self.replay, rng, metrics, stats = self._step(
+        self.left -= todo
+        state, env_carry, self.replay, rng, metrics, stats, health = self._step(
             state, env_carry, self.replay, rng, jnp.int32(version), jnp.int32(todo))
         samples = self.updates * self.spec.batch_size
         after = self.inserted - self.spec.min_fill
@@ -85,7 +90,7 @@ class OffPolicySteps:
             "replay/inserts": float(self.inserted), "replay/samples": float(samples),
             "replay/ratio": samples / after if after > 0 else 0.0,
             "replay/updates": float(todo)}
-        return state, env_carry, rng, metrics, stats, todo
+        return state, env_carry, rng, metrics, stats, health, todo
 
     def log_refill(self, policy: str, version: int) -> None:
         """Say that a resumed run refills its replay (it is not checkpointed)."""
