@@ -20,6 +20,7 @@ changed, not the files), and the device running out of memory
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pathlib
 import sys
@@ -97,6 +98,34 @@ def structure_differences(stored: dict[str, str], wanted: dict[str, str]) -> lis
     """``[(path, stored, wanted)]`` where two :func:`structure` maps differ (sorted by path)."""
     return [(p, stored.get(p), wanted.get(p)) for p in sorted(set(stored) | set(wanted))
             if stored.get(p) != wanted.get(p)]
+
+
+def check_meta(meta: Any, step: int) -> dict:
+    """``meta`` (a checkpoint's ``meta`` item, as read back) if it is a trainer's counters:
+    a map with ``policy_version`` an integer in ``0..2**62`` and, if present, ``env_steps``
+    the same and ``wall_time_s`` a finite non-negative number.
+
+    Raises:
+      ValueError: anything else, in one line naming the field and its value (the
+        restore treats the checkpoint as unreadable and tries the previous one).
+    """
+    if not isinstance(meta, dict):
+        raise ValueError(f"checkpoint {step}: meta is {type(meta).__name__}, not a map")
+    for key in ("policy_version", "env_steps"):
+        value = meta.get(key, 0) if key == "env_steps" else meta.get(key)
+        if type(value) is not int or not 0 <= value <= 2**62:  # noqa: E721  (not bool)
+            raise ValueError(f"checkpoint {step}: meta {key}={_shown(value)} is not an integer "
+                             "in 0..2**62")
+    wall = meta.get("wall_time_s", 0.0)
+    if type(wall) not in (int, float) or not math.isfinite(wall) or wall < 0:
+        raise ValueError(f"checkpoint {step}: meta wall_time_s={_shown(wall)} is not a finite "
+                         "non-negative number")
+    return meta
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 def finalised_steps(directory: str) -> list[int]:
@@ -267,10 +296,7 @@ class Checkpointer:
     def _restore(self, like: Any, step: int) -> tuple[Any, dict]:
         out = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(like), meta=ocp.args.JsonRestore()))
-        meta = out.meta
-        if not isinstance(meta, dict):
-            raise ValueError(f"checkpoint {step}: meta is {type(meta).__name__}, not a dict")
-        return out.state, meta
+        return out.state, check_meta(out.meta, step)
 
     def close(self) -> None:
         """Wait for pending saves and release the manager."""

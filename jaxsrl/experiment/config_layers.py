@@ -16,8 +16,11 @@ resolved per layer by :func:`jaxsrl.experiment.modes.resolve_inference`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import tomllib
+import types
+import typing
 from typing import Any, Sequence
 from jaxsrl.core.paths import CONFIG_DIR
 from jaxsrl.experiment import modes, sections
@@ -49,8 +52,86 @@ def apply_file(cfg: Any, path: str) -> Any:
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: not valid TOML ({exc})") from None
+        raise ValueError(f"{path}: not valid TOML ({_one_line(exc)})") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8
+        raise ValueError(f"{path}: not valid TOML (not UTF-8: {exc.reason} at byte "
+                         f"{exc.start})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not valid TOML (nested too deeply)") from None
     return apply_table(cfg, data, path)
+
+
+def _one_line(value: Any, limit: int = 200) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _shown(value: Any) -> str:
+    return _one_line(repr(value), 80)
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001  (an annotation this module cannot resolve: unchecked)
+        return {}
+
+
+def _mismatch(value: Any, hint: Any) -> str | None:
+    """What ``value`` (from TOML or JSON) should be to fit the annotation ``hint``, or
+    ``None`` if it fits (types this check does not know are accepted as they are)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or hint is object:
+        return None
+    if origin in (typing.Union, types.UnionType):
+        wrong = [_mismatch(value, a) for a in args]
+        return None if None in wrong else " or ".join(w for w in wrong if w)
+    if hint is type(None):
+        return None if value is None else "null"
+    if origin is typing.Literal:  # the type only: RunConfig.validate names a wrong choice
+        return None if any(type(value) is type(a) for a in args) else \
+            "one of " + ", ".join(repr(a) for a in args)
+    if hint is bool:
+        return None if isinstance(value, bool) else "true or false"
+    if hint is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if hint is float:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if hint is str:
+        return None if isinstance(value, str) else "a string"
+    if origin in (tuple, list) or hint in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            return "a list"
+        if origin is tuple and args and args[-1] is Ellipsis:
+            args = (args[0],) * len(value)
+        elif origin is tuple and args and len(args) != len(value):
+            return f"a list of {len(args)} items"
+        for i, (item, a) in enumerate(zip(value, args or ())):
+            wrong = _mismatch(item, a)
+            if wrong:
+                return f"a list whose items fit (item {i}={_shown(item)} is not {wrong})"
+        return None
+    if origin in (dict, typing.Mapping) or hint in (dict, typing.Mapping) or \
+            (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+        return None if isinstance(value, dict) else "a table"
+    return None
+
+
+def check_value(owner: Any, key: str, value: Any, where: str) -> None:
+    """Check that ``value`` fits the annotation of field ``key`` of the dataclass
+    ``owner`` (a config), so an ill-typed TOML or ``config.json`` value stops the run
+    here rather than as a ``TypeError`` deep inside.
+
+    Raises:
+      ValueError: it does not, in one line naming ``where``, the key and the value.
+    """
+    hint = _hints(type(owner)).get(key)
+    if hint is None:
+        return
+    wrong = _mismatch(value, hint)
+    if wrong:
+        raise ValueError(f"{where}: {key}={_shown(value)} is not {wrong}")
 
 
 def apply_table(cfg: Any, data: dict, path: str) -> Any:
@@ -74,6 +155,8 @@ def apply_table(cfg: Any, data: dict, path: str) -> Any:
             bad = sorted(set(value) - names)
             if bad:
                 raise ValueError(f"{path}: unknown [{agent_name}] keys {bad}; valid: {sorted(names)}")
+            for k, v in value.items():
+                check_value(sub, k, v, f"{path}: [{agent_name}]")
             value = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
             updates[agent_name] = dataclasses.replace(sub, **value)
         elif key == "env_kwargs" and isinstance(value, dict):
@@ -82,6 +165,7 @@ def apply_table(cfg: Any, data: dict, path: str) -> Any:
                 and dataclasses.is_dataclass(getattr(cfg, key)):
             updates[key] = _replace_fields(getattr(cfg, key), value, f"{path}: [{key}]")
         elif key in run_fields:
+            check_value(cfg, key, value, path)
             updates[key] = value
         elif isinstance(value, dict):
             continue  # another agent's table: ignored when running this agent
@@ -137,6 +221,8 @@ def _replace_fields(sub: Any, value: dict, where: str) -> Any:
     bad = sorted(set(value) - names)
     if bad:
         raise ValueError(f"{where}: unknown keys {bad}; valid: {sorted(names)}")
+    for k, v in value.items():
+        check_value(sub, k, v, where)
     value = {k: tuple(v) if isinstance(v, list) and isinstance(getattr(sub, k), tuple) else v
              for k, v in value.items()}
     return dataclasses.replace(sub, **value)

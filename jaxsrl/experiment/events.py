@@ -140,15 +140,18 @@ def recording(path: str) -> Iterator[None]:
 
 def read_events(path: str, kind: str | None = None) -> list[dict[str, Any]]:
     """The records of an events file (of one ``kind``, or all), oldest first; ``[]`` if
-    the file does not exist. A line cut short by a crash is skipped."""
+    the file does not exist. A line cut short by a crash, or that is not a JSON object,
+    is skipped (never raises on the file's content)."""
     if not os.path.exists(path):
         return []
     out = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
+                continue
+            if not isinstance(record, dict):
                 continue
             if kind is None or record.get("event") == kind:
                 out.append(record)

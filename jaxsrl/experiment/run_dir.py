@@ -173,10 +173,12 @@ class RunDir:
             raise FileNotFoundError(f"no run config at {self.config_path} (written by the "
                                     "launcher at start)")
         try:
-            with open(self.config_path) as f:
+            with open(self.config_path, encoding="utf-8") as f:
                 data = json.load(f)
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # (JSONDecodeError, UnicodeDecodeError)
             raise ValueError(f"cannot read {self.config_path}: {exc}") from None
+        except RecursionError:
+            raise ValueError(f"cannot read {self.config_path}: nested too deeply") from None
         if not isinstance(data, dict):
             raise ValueError(f"{self.config_path} is not a JSON object")
         return data
@@ -198,15 +200,15 @@ class RunDir:
         if not os.path.exists(self.metrics_path):
             raise FileNotFoundError(f"no metrics file {self.metrics_path}")
         records = []
-        with open(self.metrics_path) as f:
+        with open(self.metrics_path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 line = line.strip()
                 if not line:
                     continue
                 try:
                     record = json.loads(line)
-                except ValueError:
-                    continue  # a line being written when we read
+                except (ValueError, RecursionError):
+                    continue  # a line being written when we read (or not ours)
                 if isinstance(record, dict) and (final or not record.get("final")):
                     records.append(record)
         return records
@@ -279,7 +281,7 @@ def is_run_config(path: str) -> bool:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     if not isinstance(data, dict):
         return False
@@ -303,7 +305,7 @@ def has_run_checkpoint(checkpoints: str) -> bool:
             try:
                 with open(os.path.join(folder, step, "meta", "metadata"), encoding="utf-8") as f:
                     meta = json.load(f)
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 continue
             if isinstance(meta, dict) and "policy_version" in meta:
                 return True
