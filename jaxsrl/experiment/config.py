@@ -129,7 +129,8 @@ class RunConfig:
     counters, so a ``--resume`` continues without refilling the buffer (without it the
     resumed run refills up to the agent's minimum fill first, and logs that it does)."""
     target_return: Optional[float] = None
-    """Stop early once an interval's episode_return_mean reaches this (for benchmarks)."""
+    """Stop early at the first metrics record whose episode_return_mean (the mean return
+    of the last 100 finished training episodes) reaches this (for benchmarks)."""
     host: str = "127.0.0.1"
     """Interface the servers bind; loopback unless you need remote actors (then use --curve)."""
     curve: bool = False

@@ -4,7 +4,8 @@ in :mod:`jaxsrl.experiment.metrics_writer` (re-exported here).
 
 Each logging interval produces one JSON object (one line of ``LOGDIR/metrics.jsonl``)
 with at least: ``env_steps`` (environment frames so far), ``fps`` (frames/s over the
-interval), ``episode_return_mean`` (episodes finished in the interval),
+interval), ``episode_return_mean`` (the mean return of the last :data:`EPISODE_WINDOW`
+finished episodes, whenever they finished: see :class:`MetricsAccumulator`),
 ``policy_version``, ``staleness_mean`` (learner version minus the version that chose
 each action, over the samples learned in the interval), ``wall_time_s`` and the
 learner's losses (averaged over the interval's updates).
@@ -30,6 +31,8 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
+
 from jaxsrl.experiment.metrics_writer import (  # noqa: F401  (re-exported: one import for users)
     MetricsWriter, ProgressBar, console_line, format_duration, numeric_items, return_text,
     returns_of)
@@ -39,13 +42,20 @@ from jaxsrl.experiment.metrics_writer import (  # noqa: F401  (re-exported: one 
 PERCENTILES = (50, 99)
 #: most samples kept per key and interval (a uniform reservoir beyond that).
 MAX_SAMPLES = 8192
+#: finished episodes the episode statistics of a record average (the last ones, per key),
+#: as SB3's ``ep_rew_mean`` and Sample Factory's stats window; a constant, not a flag: it
+#: only smooths what ``--target_return`` and the curves read.
+EPISODE_WINDOW = 100
 
 
 class MetricsAccumulator:
     """Counters, running sums and sampled distributions shared by the workers of one run.
 
     Thread-safe. Each :meth:`snapshot` closes a logging interval: means and
-    percentiles are of the interval, counters are run-long.
+    percentiles are of the interval, counters are run-long, and the episode statistics
+    (``episode_return_mean``, ``episode_length_mean``, ``episode/<stat>``, each also with
+    a ``/<team>`` suffix) are the means of the last :data:`EPISODE_WINDOW` finished
+    episodes that reported that key, so they do not depend on the logging interval.
     """
 
     def __init__(self, env_steps: int = 0):
@@ -54,6 +64,8 @@ class MetricsAccumulator:
         self.policy_version: dict[str, int] = {}
         self._counters: collections.Counter = collections.Counter()
         self._rng = random.Random(0)
+        # per record key: the values of the last EPISODE_WINDOW episodes (never reset)
+        self._windows: dict[str, collections.deque] = {}
         self._reset_interval()
 
     def _reset_interval(self) -> None:
@@ -68,29 +80,59 @@ class MetricsAccumulator:
             self.env_steps += n
             self._interval_steps += n
 
+    def _window(self, name: str) -> collections.deque:
+        window = self._windows.get(name)
+        if window is None:
+            window = self._windows[name] = collections.deque(maxlen=EPISODE_WINDOW)
+        return window
+
     def add_episode(self, episode: dict, suffix: str = "") -> None:
-        """Record one finished episode: ``{"return", "length", ...numeric extras}``."""
+        """Record one finished episode: ``{"return", "length", ...numeric extras}``.
+
+        Each numeric value enters the window of its record key (``return`` ->
+        ``episode_return_mean``, ``length`` -> ``episode_length_mean``, ``x`` ->
+        ``episode/x``; each with ``suffix``, e.g. ``"/hider"``); the run-long counter
+        ``episodes<suffix>`` goes up by one. Booleans, non-finite numbers and other
+        values are ignored (a NaN would otherwise stay in the window for
+        :data:`EPISODE_WINDOW` episodes).
+        """
         with self._lock:
             for key, value in episode.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                        and math.isfinite(value):
                     name = {"return": "episode_return_mean",
                             "length": "episode_length_mean"}.get(key, f"episode/{key}")
-                    self._sums[name + suffix] += value
-                    self._counts[name + suffix] += 1
+                    self._window(name + suffix).append(float(value))
             self._counters["episodes" + suffix] += 1
 
-    def add_episodes(self, count: int, return_sum: float, length_sum: float) -> None:
-        """Record ``count`` finished episodes at once by the sums of their returns and
-        lengths (device actors count them on the accelerator); the same record keys as
-        ``count`` calls of :meth:`add_episode`."""
-        if count <= 0:
+    def add_episodes(self, returns: Any, lengths: Any) -> None:
+        """Record finished episodes given as arrays, in the order they finished (device
+        actors: :func:`jaxsrl.workers.device.rollout.finished_episodes`): the same record
+        as one :meth:`add_episode` ``({"return": r, "length": n})`` per pair, in order
+        (non-finite values ignored; the counter ``episodes`` goes up by ``E``).
+
+        Args:
+          returns: ``[E]`` returns (any real dtype; 1-D array-like).
+          lengths: ``[E]`` lengths in env steps (any real dtype).
+
+        Raises:
+          ValueError: ``returns`` or ``lengths`` not 1-D, or of different lengths.
+        """
+        returns = np.asarray(returns, np.float64)
+        lengths = np.asarray(lengths, np.float64)
+        if returns.ndim != 1 or returns.shape != lengths.shape:
+            raise ValueError(f"add_episodes: returns {returns.shape} and lengths "
+                             f"{lengths.shape} must be 1-D arrays of one length")
+        if not returns.size:
             return
         with self._lock:
-            for name, total in (("episode_return_mean", return_sum),
-                                ("episode_length_mean", length_sum)):
-                self._sums[name] += float(total)
-                self._counts[name] += int(count)
-            self._counters["episodes"] += int(count)
+            # only the newest EPISODE_WINDOW can stay in the window
+            for name, values in (("episode_return_mean", returns),
+                                 ("episode_length_mean", lengths)):
+                values = values[np.isfinite(values)]
+                if values.size:
+                    self._window(name).extend(values[-EPISODE_WINDOW:].tolist())
+            self._counters["episodes"] += int(returns.size)
 
     def add_means(self, values: dict, prefix: str = "") -> None:
         """Add values averaged over the interval (e.g. the learner's losses)."""
@@ -145,6 +187,8 @@ class MetricsAccumulator:
                                    "fps": self._interval_steps / max(elapsed_s, 1e-9)}
             for key, total in self._sums.items():
                 out[key] = total / self._counts[key]
+            for key, window in self._windows.items():
+                out[key] = sum(window) / len(window)
             for key, samples in self._samples.items():
                 ordered = sorted(samples)
                 for q in PERCENTILES:

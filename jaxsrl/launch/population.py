@@ -20,6 +20,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
+import numpy as np
+
 from jaxsrl.experiment import population as settings
 from jaxsrl.experiment.metrics import MetricsAccumulator, PolicyMetrics
 from jaxsrl.population.pbt import PBT, with_hyper
@@ -53,12 +55,21 @@ class MemberMetrics(PolicyMetrics):
             self._tracker.add_episode(self.policy, float(ret))
             self._base.add_means({f"population/return/{self.policy}": float(ret)})
 
-    def add_episodes(self, count: int, return_sum: float, length_sum: float) -> None:
-        """``count`` episodes at once by their sums (device actors): as ``count`` calls
-        of :meth:`add_episode`."""
-        self._base.add_episodes(count, return_sum, length_sum)
-        self._tracker.add_episodes(self.policy, count, return_sum)
-        self._base.add_sums({f"population/return/{self.policy}": return_sum}, count)
+    def add_episodes(self, returns: Any, lengths: Any) -> None:
+        """Finished episodes as ``[E]`` arrays in the order they finished (device actors):
+        as one :meth:`add_episode` per pair (the fitness and ``population/return/<member>``
+        take the finite returns).
+
+        Raises:
+          ValueError: as :meth:`MetricsAccumulator.add_episodes`.
+        """
+        self._base.add_episodes(returns, lengths)
+        returns = np.asarray(returns, np.float64)
+        returns = returns[np.isfinite(returns)]
+        if returns.size:
+            self._tracker.add_episodes(self.policy, int(returns.size), float(returns.sum()))
+            self._base.add_sums({f"population/return/{self.policy}": float(returns.sum())},
+                                int(returns.size))
 
     def add_env_steps(self, n: int) -> None:
         self._base.add_env_steps(n)

@@ -155,23 +155,3 @@ def test_a_pbt_round_copies_the_chosen_member_exactly_as_the_cpu_rules_decide(tm
     assert loop.versions.tolist() == [3, 5, 5, 6]
     assert handles[event.member].checkpoint_requested.is_set()
     assert [e["member"] for e in PopulationStore(str(tmp_path)).events()] == ["member1"]
-
-
-def test_episodes_by_their_sums_record_as_one_call_per_episode():
-    """Device actors report a member's episodes as sums (count, returns, lengths): the
-    run's record and the member's fitness are those of one ``add_episode`` each."""
-    from jaxsrl.launch.population import MemberMetrics
-    episodes = [(5.0, 5), (12.0, 12), (31.0, 31)]
-    out = []
-    for by_sums in (False, True):
-        base, tracker = MetricsAccumulator(), FitnessTracker(["member0"])
-        mm = MemberMetrics(base, "member0", tracker)
-        if by_sums:
-            mm.add_episodes(3, sum(r for r, _ in episodes), sum(n for _, n in episodes))
-        else:
-            for r, n in episodes:
-                mm.add_episode({"return": r, "length": n})
-        mm.add_episodes(0, 0.0, 0.0)  # a step without episodes changes nothing
-        out.append((base.snapshot(1.0), tracker.take()))
-    assert out[0] == out[1]
-    assert out[1][0]["population/return/member0"] == 16.0 and out[1][0]["episodes"] == 3

@@ -17,6 +17,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxsrl.core.agent import Trajectory
 from jaxsrl.streams.spaces import action_leaf
@@ -45,25 +46,61 @@ def initial_rollout_carry(env: Any, key: jax.Array, n: int,
 
 
 class EpisodeStats(NamedTuple):
-    """Episodes that finished during a rollout (``[]`` scalars).
+    """Episodes that finished during a rollout, step by step: row ``n``'s episode ended
+    after step ``t`` where ``done[n, t]``. Every field is ``[N, T]``; stacked results
+    put their own axes in front (a population's ``[M, N, T]``, chunks of steps
+    ``[K, N, T]``). :func:`finished_episodes` turns a fetched one into the episodes.
 
     Attributes:
-      count: int32 episodes finished.
-      return_sum: float32 sum of their returns.
-      length_sum: int32 sum of their lengths (steps).
+      done: bool, an episode ended after that step (terminated or truncated).
+      episode_return: float32 return of the episode that ended there (0 elsewhere).
+      episode_length: int32 length in env steps of that episode (0 elsewhere).
     """
 
-    count: jax.Array
-    return_sum: jax.Array
-    length_sum: jax.Array
+    done: Any
+    episode_return: Any
+    episode_length: Any
 
-    @staticmethod
-    def zeros() -> "EpisodeStats":
-        return EpisodeStats(jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32),
-                            jnp.zeros((), jnp.int32))
+    @property
+    def count(self) -> Any:
+        """Episodes finished (int, summed over the last two axes: ``[...]``)."""
+        return self.done.sum(axis=(-2, -1))
 
-    def __add__(self, other: "EpisodeStats") -> "EpisodeStats":  # type: ignore[override]
-        return EpisodeStats(*(a + b for a, b in zip(self, other)))
+    @property
+    def return_sum(self) -> Any:
+        """Sum of their returns (float32, ``[...]``)."""
+        return self.episode_return.sum(axis=(-2, -1))
+
+    @property
+    def length_sum(self) -> Any:
+        """Sum of their lengths in env steps (int, ``[...]``)."""
+        return self.episode_length.sum(axis=(-2, -1))
+
+
+def finished_episodes(stats: EpisodeStats) -> tuple[np.ndarray, np.ndarray]:
+    """The episodes of a fetched :class:`EpisodeStats` in the order they finished: by
+    leading axis (chunks in order), then step, then environment row within a step.
+
+    Args:
+      stats: fields ``[..., N, T]`` (NumPy or fetched JAX arrays; one member's slice of
+        a population's ``[M, N, T]``, e.g. ``EpisodeStats(*(x[i] for x in stats))``).
+
+    Returns:
+      ``(returns, lengths)``: ``[E]`` float32 returns and ``[E]`` int32 lengths (env
+      steps) of the ``E = count`` finished episodes, for
+      :meth:`jaxsrl.experiment.metrics.MetricsAccumulator.add_episodes`.
+
+    Raises:
+      ValueError: fields of fewer than 2 axes or of different shapes.
+    """
+    done, ret, length = (np.asarray(x) for x in stats)
+    if done.ndim < 2 or not done.shape == ret.shape == length.shape:
+        raise ValueError(f"finished_episodes: fields {done.shape}, {ret.shape}, "
+                         f"{length.shape} must be one [..., N, T] shape")
+    step_major = lambda x: np.swapaxes(x, -1, -2).reshape(-1)  # noqa: E731  [..., T, N]
+    keep = step_major(done).astype(bool)
+    return (step_major(ret)[keep].astype(np.float32),
+            step_major(length)[keep].astype(np.int32))
 
 
 def make_rollout(env: Any, act: Callable, segment_length: int,
@@ -127,9 +164,8 @@ def make_rollout(env: Any, act: Callable, segment_length: int,
             policy_version=jnp.full((n, segment_length), version, jnp.int32),
             carry=first_agent_carry,
         )
-        stats = EpisodeStats(out.episode_done.sum(dtype=jnp.int32),
-                             out.episode_return.sum(dtype=jnp.float32),
-                             out.episode_length.sum(dtype=jnp.int32))
+        stats = EpisodeStats(bt(out.episode_done), bt(out.episode_return.astype(jnp.float32)),
+                             bt(out.episode_length.astype(jnp.int32)))
         if recurrent:
             env_carry = RecurrentCarry(env_carry, agent_carry)
         return env_carry, traj, stats
