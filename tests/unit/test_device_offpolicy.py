@@ -103,7 +103,7 @@ def _compiled(fns, state, carry, rollout, replay, rng):
     step = _jit_step(fns, rollout, replay)
     r, version, metrics = offpolicy.empty_replay(replay), 0, []
     for todo in TODO:
-        state, carry, r, rng, m, _ = step(state, carry, r, rng, jnp.int32(version),
+        state, carry, r, rng, m, *_ = step(state, carry, r, rng, jnp.int32(version),
                                           jnp.int32(todo))
         version += todo
         metrics.append(m)
@@ -192,7 +192,7 @@ s, c = devices.put_replicated(state, mesh), put_env_carry(carry, mesh)
 r = devices.put_replicated(offpolicy.empty_replay(replay), mesh)
 version = 0
 for todo in t.TODO:
-    s, c, r, rng, m, _ = step(s, c, r, rng, jnp.int32(version), jnp.int32(todo))
+    s, c, r, rng, m, *_ = step(s, c, r, rng, jnp.int32(version), jnp.int32(todo))
     version += todo
 assert c.env.obs.sharding.shard_shape(c.env.obs.shape) == (2, 4)  # envs stay split
 t._assert_same(one, (s, c, r.buffer, rng))
