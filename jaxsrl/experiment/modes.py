@@ -22,6 +22,13 @@ per layer: each TOML file, a resumed run's ``config.json``, the command line):
 ==========================================  =======================================
 
 An alias that contradicts a mode given in the same layer is refused in one line.
+
+Placements: :data:`FIELDS` lists every run field with the placements of the actors it
+applies on (``cpu``: actor processes; ``device``: a JAX-native ``--env`` stepped inside
+the compiled step) and, where it does not apply, why. :func:`check` refuses a field set
+to a value other than its dataclass default on a placement where it does not apply, in
+one line naming the field: ``--num_actors=4 does not apply to device actors
+(--env=gymnax:CartPole-v1): ...`` (``docs/device_actors.md``, "Which settings apply").
 """
 
 from __future__ import annotations
@@ -209,8 +216,6 @@ _MODES = [
     _inference("thread"), _inference("process"), _inference("inline"),
     Mode("not inference=process", lambda c, f: c.inference != "process",
          lambda c: "--inference=process"),
-    Mode("inference given", lambda c, f: c.inference != "auto",
-         lambda c: f"--inference={c.inference}"),
     Mode("learner processes", lambda c, f: c.num_learner_processes > 1,
          lambda c: f"--num_learner_processes={c.num_learner_processes}"),
     Mode("off-policy agent", lambda c, f: bool(getattr(c.agent_config(), "OFF_POLICY", False)),
@@ -241,10 +246,6 @@ _MODES = [
          lambda c: f"--actor_resources={c.actor_resources}"),
     Mode("learner resources", lambda c, f: bool(c.learner_resources),
          lambda c: f"--learner_resources={c.learner_resources}"),
-    Mode("save replay", lambda c, f: bool(getattr(c, "save_replay", False)),
-         lambda c: "--save_replay"),
-    Mode("device actors", lambda c, f: is_jax_native(c.env),
-         lambda c: f"--env={c.env} (device actors)"),
 ]
 #: Every mode by name.
 MODES: dict[str, Mode] = {m.name: m for m in _MODES}
@@ -269,7 +270,6 @@ class Refusal:
 
 
 _SERIAL = "the serial launcher runs every worker in this one process, but"
-_DEVICE = "device actors do not support it yet (docs/device_actors.md)"
 
 #: Every pair of modes a run refuses, with the reason (first match wins).
 REFUSED: tuple[Refusal, ...] = (
@@ -313,15 +313,6 @@ REFUSED: tuple[Refusal, ...] = (
             "learner process"),
     Refusal("opponents", "learner processes", "snapshots are served by local inference servers "
             "of one learner process"),
-    # device actors (a JAX-native --env): their own run loop
-    Refusal("device actors", "launcher=ray", _DEVICE),
-    Refusal("device actors", "learner processes", _DEVICE),
-    Refusal("device actors", "dataflow table", _DEVICE),
-    Refusal("device actors", "inference given", "they act on the accelerator; leave --inference "
-            "at auto (docs/device_actors.md)"),
-    Refusal("device actors", "opponents", _DEVICE),
-    Refusal("device actors", "save replay", "their on-device replay is not checkpointed yet "
-            "(a resumed run refills it; docs/device_actors.md)"),
 )
 
 
@@ -331,8 +322,134 @@ def refusal(cfg: Any, flow: Any) -> Refusal | None:
 
 
 def check(cfg: Any, flow: Any) -> None:
-    """Raise ``ValueError`` (one line naming both flags and why) if ``cfg`` uses a pair
-    of modes of :data:`REFUSED`."""
+    """Raise ``ValueError`` (one line) if ``cfg`` sets a field that does not apply on its
+    placement (:data:`FIELDS`, :func:`placement_refusal`: naming the field, its value and
+    why), else if it uses a pair of modes of :data:`REFUSED` (naming both flags and why)."""
+    message = placement_refusal(cfg)
+    if message is not None:
+        raise ValueError(message)
     hit = refusal(cfg, flow)
     if hit is not None:
         raise ValueError(hit.message(cfg))
+
+
+# -- the table of fields by placement ----------------------------------------------------
+
+#: The two placements of a run's actors: ``cpu``: actor processes step Gymnasium /
+#: PettingZoo envs on CPU cores (any ``--env`` that is not JAX-native); ``device``: a
+#: JAX-native ``--env`` (``gymnax:``, ``brax:``, ``jaxmarl:``, ``jax:``) is stepped next
+#: to the policy inside one compiled step (``docs/device_actors.md``).
+PLACEMENTS = ("cpu", "device")
+
+
+def placement(cfg: Any) -> str:
+    """``"device"`` if run config ``cfg``'s ``env`` is JAX-native, else ``"cpu"``."""
+    return "device" if is_jax_native(cfg.env) else "cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """Where run field ``name`` applies. ``cpu`` / ``device``: ``None`` where it applies
+    on that placement, else why it does not (the end of its one-line refusal).
+    ``allowed(value) -> bool``: the values accepted where it does not apply (default:
+    only the dataclass default, so a field left alone never refuses a run)."""
+
+    name: str
+    device: str | None = None
+    cpu: str | None = None
+    allowed: Callable[[Any], bool] | None = None
+
+    def why_not(self, where: str) -> str | None:
+        """Why the field does not apply on placement ``where`` (``None``: it applies)."""
+        return self.device if where == "device" else self.cpu
+
+
+_NO_ACTORS = ("device actors step batch_segments environments inside the compiled step, "
+              "with no actor processes")
+_NO_SERVER = "device actors act inside the compiled step, with no inference server"
+_NO_RAY = "device actors run in the launcher's process, without Ray"
+_NO_LEARNERS = ("device actors train in one process (one compiled step over its local "
+                "devices)")
+_NO_SOCKETS = "device actors open no sockets: nothing crosses a stream"
+
+#: Every field of :class:`~jaxsrl.experiment.config.RunConfig`, in its order, with the
+#: placements it applies on (``tests/unit/test_modes.py`` fails on a field missing
+#: here). The agent's own hyperparameters (``--ppo.*``) apply on both. A value that
+#: differs from the dataclass default (and is not ``allowed``) where the field does not
+#: apply is refused by :func:`check`, before the run folder is touched; files of
+#: ``configs/`` picked for a JAX-native env set only fields that apply there.
+FIELDS: tuple[Field, ...] = (
+    Field("agent"), Field("env"), Field("total_env_steps"),
+    Field("num_actors", _NO_ACTORS), Field("envs_per_actor", _NO_ACTORS),
+    Field("ring_size", _NO_ACTORS),
+    Field("segment_length"), Field("batch_segments"),
+    Field("max_staleness", "device actors have no segments in flight to drop (on-policy: "
+          "zero staleness; off-policy: items age in the on-device replay)"),
+    Field("inference_deadline_ms", _NO_SERVER), Field("inference_servers", _NO_SERVER),
+    Field("inference", "device actors act on the accelerator; leave --inference at auto"),
+    Field("param_publish_interval_s", _NO_SERVER + " to publish parameters to"),
+    Field("inference_failover_s", _NO_SERVER), Field("max_server_restarts", _NO_SERVER),
+    Field("seed"), Field("logdir"), Field("resume"), Field("overwrite"),
+    Field("log_interval_s"), Field("checkpoint_interval_s"), Field("keep_checkpoints"),
+    Field("save_replay", "the device actors' on-device replay is not checkpointed yet (a "
+          "resumed run refills it)"),
+    Field("target_return"),
+    Field("host", _NO_SOCKETS), Field("curve", _NO_SOCKETS),
+    Field("actor_timeout_s", _NO_ACTORS), Field("actor_heartbeat_timeout_s", _NO_ACTORS),
+    Field("eval_every"), Field("eval_episodes"),
+    Field("max_actor_restarts", _NO_ACTORS),
+    Field("on_nonfinite"), Field("compilation_cache_dir"),
+    Field("num_learner_processes", _NO_LEARNERS),
+    Field("coordinator_address", _NO_LEARNERS), Field("spawn_learner_processes", _NO_LEARNERS),
+    Field("launcher", _NO_RAY, allowed=lambda v: v in ("local", "serial")),
+    Field("ray_address", _NO_RAY), Field("actor_cpus", _NO_RAY), Field("learner_cpus", _NO_RAY),
+    Field("learner_gpus", _NO_RAY), Field("actor_resources", _NO_RAY),
+    Field("learner_resources", _NO_RAY),
+    Field("clip_actions"), Field("env_kwargs"),
+    Field("dataflow", "device actors build their own graph (one policy, or one per "
+          "population member)"),
+    Field("population"), Field("pbt"),
+    Field("opponents", "opponent snapshots are served by inference servers, which device "
+          "actors do not have"),
+)
+#: :data:`FIELDS` by field name.
+FIELDS_BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
+
+
+def _default(cfg: Any, name: str) -> Any:
+    f = next(f for f in dataclasses.fields(cfg) if f.name == name)
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def _flag(name: str, value: Any, default: Any) -> str:
+    """How a user writes ``value`` of field ``name`` (the first changed key of a
+    dataclass-valued one: ``--opponents.snapshot_every=4``)."""
+    if dataclasses.is_dataclass(value) and dataclasses.is_dataclass(default):
+        for f in dataclasses.fields(value):
+            if getattr(value, f.name) != getattr(default, f.name):
+                return _flag(f"{name}.{f.name}", getattr(value, f.name), getattr(default, f.name))
+    if isinstance(value, dict):
+        return f"a [{name}] table"
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no_{name}"
+    return f"--{name}={value}"
+
+
+def placement_refusal(cfg: Any) -> str | None:
+    """The one-line refusal of the first field of :data:`FIELDS` that run config ``cfg``
+    sets, on its :func:`placement`, to a value that does not apply there (``None``: all
+    apply), e.g. ``--num_actors=4 does not apply to device actors (--env=gymnax:CartPole-v1):
+    device actors step ... (docs/device_actors.md)``."""
+    where = placement(cfg)
+    for row in FIELDS:
+        why = row.why_not(where)
+        if why is None:
+            continue
+        value, default = getattr(cfg, row.name), _default(cfg, row.name)
+        if value == default or (row.allowed is not None and row.allowed(value)):
+            continue
+        place = (f"device actors (--env={cfg.env})" if where == "device"
+                 else "CPU actors")
+        return (f"{_flag(row.name, value, default)} does not apply to {place}: {why} "
+                "(docs/device_actors.md)")
+    return None

@@ -11,8 +11,9 @@ Gymnasium envs are built with ``gymnasium.make(env)`` as in training, and with
 ``render_mode="rgb_array"`` only when a video is asked for (an env that cannot draw
 frames then fails with a ``ValueError`` naming it); jaxsrl's multi-agent envs
 (hide-and-seek) with their module's ``make_env``; a JAX-native env (a device-actor run,
-``gymnax:CartPole-v1``) by :mod:`jaxsrl.tools.device_evaluation`, its episodes under one
-compiled loop. All agents
+``gymnax:CartPole-v1``) by :mod:`jaxsrl.tools.device_evaluation`, its episodes in
+compiled calls of a bounded number of steps (that module imports
+:mod:`jaxsrl.tools.eval_result`, never this one). All agents
 of a multi-agent env that share a policy are stacked into one batch for ``act``; with a
 policy per team (a ``teams`` dataflow), each team's agents use their own policy.
 Used by :mod:`jaxsrl.cli.evaluate` (``scripts/evaluate.py``).
@@ -20,9 +21,7 @@ Used by :mod:`jaxsrl.cli.evaluate` (``scripts/evaluate.py``).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import inspect
 import logging
 import math
 import os
@@ -34,6 +33,7 @@ import numpy as np
 
 from jaxsrl.envs import is_multi_agent, make_env
 from jaxsrl.envs.jax_native import is_jax_native
+from jaxsrl.tools.eval_result import EvalResult, supports_deterministic  # noqa: F401 (re-exported)
 from jaxsrl.tools.video import VideoWriter, mp4_available, write_video  # noqa: F401 (re-exported)
 
 log = logging.getLogger("jaxsrl.tools.evaluation")
@@ -45,60 +45,6 @@ from jaxsrl.tools.run_loader import (LoadedRun, PolicyCheckpoint, load_run, read
 
 # ----------------------------------------------------------------------------------
 # Running episodes.
-
-
-@dataclasses.dataclass
-class EvalResult:
-    """Per-episode results of :func:`evaluate`.
-
-    Attributes:
-      episodes: one dict per episode: ``return`` (mean over the env's agents; the
-        return for single-agent envs), ``length``, ``team_returns`` (team -> mean
-        return of its agents; empty for single-agent envs), ``stats`` (the env's
-        ``info["episode_stats"]``, if any).
-      deterministic: greedy (mode) actions, else sampled.
-      video: the file written, if any.
-      video_frames: frames written to it (a GIF may merge identical neighbours).
-    """
-
-    episodes: list
-    deterministic: bool
-    video: str | None = None
-    video_frames: int = 0
-
-    def summary(self) -> dict:
-        """``episodes``, ``return_mean/std/min/max``, ``length_mean``,
-        ``return_mean/<team>``, ``return_std/<team>`` and ``episode/<stat>`` means."""
-        rets = np.array([e["return"] for e in self.episodes], np.float64)
-        out: dict[str, Any] = {
-            "episodes": len(self.episodes), "deterministic": self.deterministic,
-            "return_mean": float(rets.mean()), "return_std": float(rets.std()),
-            "return_min": float(rets.min()), "return_max": float(rets.max()),
-            "length_mean": float(np.mean([e["length"] for e in self.episodes])),
-        }
-        teams = sorted({t for e in self.episodes for t in e["team_returns"]})
-        for team in teams:
-            vals = np.array([e["team_returns"][team] for e in self.episodes
-                             if team in e["team_returns"]], np.float64)
-            out[f"return_mean/{team}"] = float(vals.mean())
-            out[f"return_std/{team}"] = float(vals.std())
-        stats = sorted({k for e in self.episodes for k in e["stats"]})
-        for key in stats:
-            vals = [e["stats"][key] for e in self.episodes if key in e["stats"]]
-            out[f"episode/{key}"] = float(np.mean(vals))
-        if self.video:
-            out["video"] = self.video
-            out["video_frames"] = self.video_frames
-        return out
-
-
-def supports_deterministic(act: Callable) -> bool:
-    """Whether ``act`` takes ``deterministic=True`` (the most likely action)."""
-    try:
-        params = inspect.signature(act).parameters
-    except (TypeError, ValueError):
-        return False
-    return "deterministic" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
 
 
 def _stack(observations: list) -> Any:
@@ -202,15 +148,27 @@ def evaluate(run: LoadedRun, episodes: int = 10, deterministic: bool = True, see
       video_episode: record only this episode (default ``None``: all of them).
       video_every: keep every n-th frame (smaller GIFs).
       video_fps: frames per second (default: the env's ``render_fps`` / ``video_every``).
-      max_steps: cut episodes after this many steps (default: the env's own limit).
+      max_steps: cut episodes after this many steps (default: the env's own limit; a
+        JAX-native env without one is cut at
+        :data:`jaxsrl.workers.device.evaluate.DEFAULT_MAX_STEPS`). A cut episode counts
+        as ``truncated`` and ``cut`` in the result.
+
+    A JAX-native env (a device-actor run) is handed to
+    :func:`jaxsrl.tools.device_evaluation.evaluate`: its episodes run in compiled calls
+    of at most :data:`jaxsrl.workers.device.evaluate.CHUNK_STEPS` steps, so Ctrl-C stops
+    it between two calls; the whole evaluation is bounded by ``max_steps``, else the
+    env's time limit, else ``DEFAULT_MAX_STEPS``.
 
     Raises:
       ValueError: ``deterministic`` but the agent's ``act`` has no such keyword; a
         ``video`` of an env that cannot render ``rgb_array`` frames (naming it); a bad
-        ``video`` name or ``video_episode``.
+        ``video`` name or ``video_episode``; ``episodes`` or ``max_steps`` < 1.
+      KeyboardInterrupt: Ctrl-C (between two steps, or two compiled calls).
     """
     if episodes < 1:
         raise ValueError(f"episodes={episodes} must be >= 1")
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"max_steps={max_steps} must be >= 1")
     if video_episode is not None and not 0 <= video_episode < episodes:
         raise ValueError(f"video_episode={video_episode} must be in [0, episodes={episodes})")
     if deterministic and not supports_deterministic(run.fns.act):
@@ -247,7 +205,7 @@ def evaluate(run: LoadedRun, episodes: int = 10, deterministic: bool = True, see
         env.close()
         if writer is not None:
             writer.__exit__(None, None, None)  # a failed run leaves no open ffmpeg
-    return EvalResult(results, deterministic, written, writer.frames if writer else 0)
+    return EvalResult(results, deterministic, written, writer.frames if writer else 0, max_steps)
 
 
 def _record_frame(writer: VideoWriter, env: Any, env_id: str) -> None:
@@ -276,12 +234,14 @@ def _single_agent_episode(env, policy: _Policy, seed: int, rng, on_frame: Callab
             _to_env_action(action, env.action_space, clip))
         total += float(reward)
         length += 1
-        done = terminated or truncated or (max_steps is not None and length >= max_steps)
+        cut = not (terminated or truncated) and max_steps is not None and length >= max_steps
+        done = terminated or truncated or cut
         if on_frame and (length % every == 0 or done):
             on_frame()
         if done:
             break
-    return {"return": total, "length": length, "team_returns": {}, "stats": {}}, rng
+    return {"return": total, "length": length, "truncated": not terminated, "cut": cut,
+            "team_returns": {}, "stats": {}}, rng
 
 
 def _multi_agent_episode(env, run: LoadedRun, policies: dict, seed: int, rng,
@@ -316,8 +276,9 @@ def _multi_agent_episode(env, run: LoadedRun, policies: dict, seed: int, rng,
             if isinstance(info, dict) and isinstance(info.get("episode_stats"), dict):
                 stats = {k: float(v) for k, v in info["episode_stats"].items()
                          if isinstance(v, (int, float, np.number))}
-        done = (not env.agents or all(terms.get(a) or truncs.get(a) for a in agents)
-                or (max_steps is not None and length >= max_steps))
+        ended = not env.agents or all(terms.get(a) or truncs.get(a) for a in agents)
+        cut = not ended and max_steps is not None and length >= max_steps
+        done = ended or cut
         if on_frame and (length % every == 0 or done):
             on_frame()
         if done:
@@ -326,6 +287,7 @@ def _multi_agent_episode(env, run: LoadedRun, policies: dict, seed: int, rng,
     for team in sorted({t for t in teams.values() if t is not None}):
         team_returns[team] = float(np.mean([returns[a] for a in agents if teams[a] == team]))
     ep = {"return": float(np.mean(list(returns.values()))), "length": length,
+          "truncated": not all(terms.get(a) for a in agents), "cut": cut,
           "team_returns": team_returns, "stats": stats}
     return ep, rng
 
@@ -350,6 +312,10 @@ def format_summary(run: LoadedRun, summary: dict) -> str:
         lines.append(f"return  mean {summary['return_mean']:.2f}  std {summary['return_std']:.2f}  "
                      f"min {summary['return_min']:.2f}  max {summary['return_max']:.2f}  "
                      f"(length mean {summary['length_mean']:.1f})")
+    if summary.get("truncated"):
+        cut = summary.get("cut", 0)
+        lines.append(f"truncated: {summary['truncated']} of {summary['episodes']} episodes "
+                     f"ended without a terminal state ({cut} cut at the evaluation's step bound)")
     stats = [f"{k.split('/', 1)[1]}={summary[k]:.3g}" for k in sorted(summary)
              if k.startswith("episode/") and math.isfinite(summary[k])]
     if stats:

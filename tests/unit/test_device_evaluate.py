@@ -84,10 +84,44 @@ def test_max_steps_cuts_every_episode():
     np.testing.assert_allclose(returns, ref_returns, rtol=0, atol=0)
 
 
+def test_chunks_give_the_compiled_loops_episodes_and_how_they_ended(evaluated):
+    """``run_chunks`` (calls of at most ``chunk_steps`` steps) equals the one compiled
+    loop; no episode is cut at gymnax's own time limit (gymnax's CartPole may call an
+    episode at the limit terminated); ``max_steps`` below it cuts every episode."""
+    from jaxsrl.workers.device.evaluate import make_evaluation
+    env, act, params, evaluation, key, (returns, lengths) = evaluated
+    assert evaluation.max_steps == LIMIT  # the env's own time limit bounds it
+    chunked = make_evaluation(env, act, E, None, chunk_steps=2).run_chunks(params, key)
+    np.testing.assert_array_equal(chunked.lengths, lengths)
+    np.testing.assert_allclose(chunked.returns, returns, rtol=0, atol=0)
+    assert not chunked.truncated[lengths < LIMIT].any()  # ended early: terminated
+    assert not chunked.cut.any()
+    cut = make_evaluation(env, act, E, None, max_steps=4, chunk_steps=3).run_chunks(params, key)
+    assert (cut.lengths == 4).all() and cut.cut.all() and cut.truncated.all()
+
+
+def test_an_env_without_a_time_limit_is_cut_at_the_default_bound():
+    from jaxsrl.workers.device import evaluate as device_evaluate
+    env = registry.make("jax:tests.jax_endless:make")
+    assert device_evaluate.time_limit(env) is None
+    assert device_evaluate.time_limit(registry.make("jax:tests.jax_cartpole:make")) == 500
+
+    def act(params, obs, carry, rng):  # noqa: ARG001
+        return jax.numpy.ones(obs.shape[0], jax.numpy.int32), carry, {}
+
+    evaluation = device_evaluate.make_evaluation(env, act, 3)
+    assert evaluation.max_steps == device_evaluate.DEFAULT_MAX_STEPS
+    out = evaluation.run_chunks(None, jax.random.PRNGKey(0))
+    assert (out.lengths == device_evaluate.DEFAULT_MAX_STEPS).all()
+    assert out.truncated.all() and out.cut.all()
+    assert (out.returns == device_evaluate.DEFAULT_MAX_STEPS).all()
+
+
 def test_host_trace_gives_the_compiled_loops_episodes_and_their_states(evaluated):
     from jaxsrl.workers.device.evaluate import trace
     env, act, params, evaluation, key, (returns, lengths) = evaluated
-    t_returns, t_lengths, states = trace(evaluation, params, key)
+    outcome, states = trace(evaluation, params, key)
+    t_returns, t_lengths = outcome.returns, outcome.lengths
     np.testing.assert_array_equal(t_lengths, lengths)
     np.testing.assert_allclose(t_returns, returns, rtol=0, atol=0)
     assert len(states) == int(lengths.max()) + 1  # the reset, then one per step
@@ -102,6 +136,8 @@ def test_bad_sizes_are_named():
         make_evaluation(env, None, 0)
     with pytest.raises(ValueError, match="max_steps=0"):
         make_evaluation(env, None, 1, max_steps=0)
+    with pytest.raises(ValueError, match="chunk_steps=0"):
+        make_evaluation(env, None, 1, chunk_steps=0)
 
 
 @pytest.mark.parametrize("env_id", ["brax:ant", "jaxmarl:MPE_simple_spread_v3",

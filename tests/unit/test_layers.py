@@ -87,3 +87,16 @@ def test_planted_upward_imports_break_the_contracts(tmp_path):
     assert "jaxsrl.core.child -> jax" in text
     assert "agents is not allowed to import jaxsrl.envs" in text
     assert "jaxsrl.workers.actor.worker -> jaxsrl.workers.inference.policy" in text
+
+
+def test_the_evaluation_branch_importing_the_entry_point_back_breaks_a_contract(tmp_path):
+    """Issue 41: ``jaxsrl.tools.evaluation`` -> ``device_evaluation`` is one way; the old
+    circle (the branch importing ``EvalResult`` from the entry point) is refused."""
+    assert _contracts()["evaluation-one-way"]["forbidden_modules"] == ["jaxsrl.tools.evaluation"]
+    root = _copy_checkout(tmp_path)
+    _plant(tmp_path / "jaxsrl" / "tools" / "device_evaluation.py",
+           "from jaxsrl.tools.evaluation import EvalResult")
+    out = _lint(root)
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 1 and "1 broken" in text, out.stdout + out.stderr
+    assert "jaxsrl.tools.device_evaluation -> jaxsrl.tools.evaluation" in text
