@@ -268,7 +268,9 @@ class RunConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value: each section's checks
-        (:data:`~jaxsrl.experiment.sections.SECTIONS`), the refused mode pairs
+        (:data:`~jaxsrl.experiment.sections.SECTIONS`), a field set where its placement
+        does not apply it (:data:`~jaxsrl.experiment.modes.FIELDS`: device actors refuse,
+        e.g., ``--num_actors``), the refused mode pairs
         (:data:`~jaxsrl.experiment.modes.REFUSED`), the dataflow against the sections'
         values, the agent's own.
         Runs once per config object (a changed copy, ``dataclasses.replace``, runs again)."""
