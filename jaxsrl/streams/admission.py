@@ -160,8 +160,9 @@ class DropLog:
     def __call__(self, worker: str, reason: object) -> None:
         now = time.monotonic()
         stale = isinstance(reason, StaleRunError)
+        reason = _one_line(reason)  # a peer's 64 KiB value never becomes a 64 KiB log line
         with self._lock:
-            self._recent.append(Drop(worker, self._what, str(reason), stale))
+            self._recent.append(Drop(worker, self._what, reason, stale))
             if now < self._next:
                 self._suppressed += 1
                 return
@@ -175,6 +176,11 @@ class DropLog:
             return
         self._log.warning("%s: dropped a malformed %s%s: %s%s", worker, self._what, where,
                           reason, more)
+
+
+def _one_line(reason: object, limit: int = 300) -> str:
+    text = " ".join(str(reason).split())
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def drop_input(drop_log: DropLog, worker: str, exc: BaseException, metrics, counter: str,
@@ -191,11 +197,8 @@ def drop_input(drop_log: DropLog, worker: str, exc: BaseException, metrics, coun
       counter, stale_counter: counter names, e.g. ``dropped_segments`` and
         ``stale_run_segments_dropped``.
     """
-    if isinstance(exc, WireError):
-        drop_log(worker, exc)
-    else:  # a checker's bug met by odd input: one line, the exception's type named
-        text = " ".join(str(exc).split())
-        drop_log(worker, f"{type(exc).__name__}: {text[:200]}{'...' if len(text) > 200 else ''}")
+    # a checker's bug met by odd input (not a WireError): the exception's type named too
+    drop_log(worker, exc if isinstance(exc, WireError) else f"{type(exc).__name__}: {exc}")
     metrics.count(stale_counter if isinstance(exc, StaleRunError) else counter)
 
 
