@@ -56,6 +56,8 @@ class MultiAgentVectorEnv:
         self.num_envs, self.num_rows = num_envs, num_envs * len(self.agents)
         self.observation_space = env0.observation_space(self.agents[0])
         self.action_space = env0.action_space(self.agents[0])
+        # boolean observation columns the game declares (jaxsrl.streams.obs_pack), or None
+        self.wire_bits = getattr(env0, "wire_bits", None)
         self.row_agent = [a for _ in range(num_envs) for a in self.agents]
         self.row_team = [getattr(env0, "team_of", lambda _: "")(a) for a in self.row_agent]
         self._seed = seed

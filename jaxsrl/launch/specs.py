@@ -54,7 +54,8 @@ def actor_spec(cfg: Any, actor_id: int, streams: Sequence[StreamSpec], carry_spe
         timeout_s=cfg.actor_timeout_s, failover_s=cfg.inference_failover_s,
         parent_pid=os.getpid(), error_file=error_file, curve_server_key=curve_server_key,
         opponents=opponents, clip_actions=cfg.clip_actions, inline=inline,
-        kept_carry=True)  # its servers are jaxsrl's policy workers (jaxsrl.streams.kept_carry)
+        kept_carry=True,  # its servers are jaxsrl's policy workers (jaxsrl.streams.kept_carry)
+        obs_pack=True)  # and its receivers unpack observations (jaxsrl.streams.obs_pack)
     out = spec.to_dict()
     del out["run_id"]
     return out

@@ -4,7 +4,9 @@ The trainer (``jaxsrl/workers/learner/trainer.py``) and the buffer process
 (``jaxsrl/workers/buffer/``) take segments from actors they do not trust. A message is
 admitted when it is a ``segment`` of the run's schema
 (:func:`jaxsrl.streams.segment.segment_schema`; final observations sparse, rebuilt dense
-by :func:`jaxsrl.streams.segment.dense_segment`, or dense) with 1..``max_rows`` rows, from a live
+by :func:`jaxsrl.streams.segment.dense_segment`, or dense; observations packed by
+:mod:`jaxsrl.streams.obs_pack` are rebuilt as their float32 leaves first, so every check
+below sees the schema's arrays) with 1..``max_rows`` rows, from a live
 run of a known actor (:class:`~jaxsrl.streams.admission.ActorTable`), with
 ``env_steps`` in ``0..rows*T`` and action versions in ``0..version + version_slack``
 (``version``: the newest learner version the receiver knows). A malformed message is
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxsrl.streams import wire
+from jaxsrl.streams import obs_pack, wire
 from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, nonfinite_arrays
 from jaxsrl.streams.episodes import EpisodeFilter
 from jaxsrl.streams.segment import dense_segment, is_final
@@ -83,6 +85,9 @@ class SegmentGate:
         else:
             self.max_bytes = max(1, max_rows * sum(row_bytes))
             self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, max_rows * max(row_bytes))
+        # observation leaves (name -> (dtype, per-row shape)) for packed observations
+        self._obs_leaves = {k: (s.dtype, tuple(s.shape[2:])) for k, s in schema.items()
+                            if k == "obs" or k.startswith("obs/")}
         self.floats = [k for k in schema if not k.startswith("carry/") and k not in _NOT_FLOAT]
         self.drops = DropLog(logger or logging.getLogger("jaxsrl.segments"), "segment")
         self.episodes = EpisodeFilter()
@@ -98,7 +103,10 @@ class SegmentGate:
         if msg.kind != "segment":
             raise wire.WireError(f"expected a 'segment', got kind {msg.kind!r}")
         actor = self.table.check(msg.meta) if self.table is not None else None
-        arrays, n = dense_segment(msg.arrays, self.schema, "segment")
+        arrays = msg.arrays
+        if obs_pack.META in msg.meta:  # packed observations: their float32 leaves, bit for bit
+            arrays = obs_pack.unpack(arrays, msg.meta, self._obs_leaves)
+        arrays, n = dense_segment(arrays, self.schema, "segment")
         msg = msg._replace(arrays=arrays)
         if n == 0 or (self.max_rows is not None and n > self.max_rows):
             raise wire.WireError(f"segment of {n} rows; {self.name} takes 1..{self.max_rows}")

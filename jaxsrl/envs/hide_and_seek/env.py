@@ -34,7 +34,7 @@ from jaxsrl.envs.hide_and_seek.config import HideAndSeekConfig, make_config
 from jaxsrl.envs.hide_and_seek.guard import GuardedStep
 from jaxsrl.envs.hide_and_seek.layout import Layout, generate_layout
 from jaxsrl.envs.hide_and_seek.manipulation import HIDER, SEEKER, Manipulation
-from jaxsrl.envs.hide_and_seek.observations import ObservationBuilder, observation_shapes
+from jaxsrl.envs.hide_and_seek.observations import ObservationBuilder, observation_shapes, wire_bits
 from jaxsrl.envs.hide_and_seek.scene import DOFS_PER_BODY
 from jaxsrl.envs.hide_and_seek.scene_cache import SceneCache
 from jaxsrl.envs.hide_and_seek.stats import EpisodeStats
@@ -74,6 +74,7 @@ class HideAndSeekEnv(ParallelEnv):
         )
         nvec = [cfg.n_action_bins] * 3 + [2, 2]
         self.observation_spaces = {a: obs_space for a in self.possible_agents}
+        self.wire_bits = wire_bits(cfg)  # boolean columns, sent as bits (jaxsrl.streams.obs_pack)
         self.action_spaces = {a: spaces.MultiDiscrete(nvec) for a in self.possible_agents}
         self._noop = np.array([cfg.n_action_bins // 2] * 3 + [0, 0], np.int64)
         self._bin_scale = 2 * cfg.action_max / (cfg.n_action_bins - 1)

@@ -88,6 +88,24 @@ def observation_shapes(cfg: HideAndSeekConfig) -> dict[str, tuple[int, ...]]:
     }
 
 
+def wire_bits(cfg: HideAndSeekConfig) -> dict:
+    """The columns of each observation key that only ever hold ``0.0`` or ``1.0`` (key ->
+    ``None`` for every column, or last-axis columns): the visibility masks, the present
+    slots, the ``hider`` flags, the lock flags, the ramps' padding and the extra ``held_by``
+    flags. Actors send them as bits (:mod:`jaxsrl.streams.obs_pack`, which checks every
+    value it packs)."""
+    def cols(features, names):
+        return tuple(i for i, f in enumerate(features) if f in names)
+    flags = {"hider", "you_locked", "team_locked", "obj_locked", "pad_0", "pad_1", "pad_2",
+             "held_by_self", "held_by_other"}
+    out = {k: None for k in ("agents_mask", "agents_present", "boxes_mask", "boxes_present",
+                             "ramps_mask", "ramps_present")}
+    for key, features in (("self", self_features(cfg)), ("agents", agent_features(cfg)),
+                          ("boxes", box_features(cfg)), ("ramps", ramp_features(cfg))):
+        out[key] = cols(features, flags)
+    return out
+
+
 _WRITTEN = ("self", "agents", "agents_mask", "boxes", "boxes_mask", "ramps", "ramps_mask", "lidar")
 """The keys ``kernels.build_observations`` writes, in its argument order."""
 _written = itemgetter(*_WRITTEN)

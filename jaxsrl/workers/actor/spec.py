@@ -111,6 +111,9 @@ class ActorSpec:
         (:mod:`jaxsrl.streams.kept_carry`: requests send ``carry_kept`` in place of the
         carry when they can); the launcher's actors do (jaxsrl's policy workers all keep
         it), ``False`` for servers that do not (the carry always travels).
+      obs_pack: send the observations of an env that declares boolean columns
+        (``wire_bits``) packed (:mod:`jaxsrl.streams.obs_pack`) in segments, and in requests
+        to its inference servers (not to an inline client); the launcher's actors do.
     """
 
     actor_id: int
@@ -135,6 +138,7 @@ class ActorSpec:
     clip_actions: bool = True
     inline: dict | None = None
     kept_carry: bool = False
+    obs_pack: bool = False
 
     def __post_init__(self):
         if self.startup_timeout_s is None:

@@ -27,7 +27,11 @@ Messages on the sample stream (see ``docs/architecture.md``):
                 pack_final_obs), action, reward, terminated, truncated, logp,
                 version [n, T], carry/i... [n, ...], and
                 valid [n, T] (False on idle steps) from groups whose rows can be idle
-                (``jaxsrl.envs.env_has_idle_rows``: multi-agent envs; single-agent ones send none)
+                (``jaxsrl.envs.env_has_idle_rows``: multi-agent envs; single-agent ones send none).
+                With ``spec.obs_pack`` and an env that declares boolean observation columns
+                (``wire_bits``: hide-and-seek), the obs... and final_obs... leaves travel
+                packed as obs#f/obs#b and final_obs#f/final_obs#b with meta ``obs_pack``
+                (:mod:`jaxsrl.streams.obs_pack`; requests to inference servers too)
 
 ``timing`` holds ``env_s`` (seconds in the environments' ``step``) and ``wait_s``
 (seconds in the action client: what the environments waited for actions).
@@ -77,10 +81,10 @@ import zmq
 
 from jaxsrl.core.worker import Worker
 from jaxsrl.envs import env_has_idle_rows, make_actor_env
-from jaxsrl.streams import security, wire
+from jaxsrl.streams import obs_pack, security, wire
 from jaxsrl.streams.opponents import OPPONENT
 from jaxsrl.streams.segment import pack_final_obs
-from jaxsrl.streams.spaces import action_leaf
+from jaxsrl.streams.spaces import action_leaf, space_leaves
 from jaxsrl.workers.actor.action_client import ActionClient, ClientFactory
 from jaxsrl.workers.actor.opponents import SelfPlayDraws
 from jaxsrl.workers.actor.policy_stream import PolicyStream
@@ -142,6 +146,8 @@ class Actor(Worker):
         self._last_ping = 0.0
         self.streams: list[PolicyStream] = []
         self.groups: list[Group] = []
+        self.packer: obs_pack.ObsPacker | None = None  # packed observations (spec.obs_pack)
+        self.pack_requests = False
         self.client: ActionClient | None = None
         try:
             self.client = (client or ServerClient)(spec, ctx, curve)
@@ -167,6 +173,11 @@ class Actor(Worker):
                 raise EnvError(f"environment construction raised {type(exc).__name__}: {exc}") from exc
             if g == 0:
                 self.action_leaf = action_leaf(env.action_space)
+                bits = getattr(env, "wire_bits", None)
+                if spec.obs_pack and bits:
+                    self.packer = obs_pack.ObsPacker(space_leaves(env.observation_space), bits)
+                    # an inline client acts on the leaves themselves
+                    self.pack_requests = isinstance(self.client, ServerClient)
             self.groups.append(Group(env, self.streams, self.T, spec.carry_spec, self.action_leaf,
                                      env_has_idle_rows(spec.env)))  # rows of absent agents
         rng = np.random.default_rng([spec.seed, spec.actor_id, spec.run_id, 1729])
@@ -179,6 +190,8 @@ class Actor(Worker):
         """Stream ``i``'s rows of group ``g`` as a request's arrays: obs and carry."""
         group = self.groups[g]
         arrays = take_rows(group.obs, group.rows[i])
+        if self.pack_requests:
+            arrays = self.packer.encode(arrays)
         arrays.update(group.carry[i])
         return arrays
 
@@ -187,6 +200,8 @@ class Actor(Worker):
         t0 = time.perf_counter()
         for i in range(len(self.streams)):
             arrays, meta = self._inputs(g, i), {}
+            if self.pack_requests:
+                meta[obs_pack.META] = self.packer.layout
             if group.draws:
                 arrays[OPPONENT] = group.draws.request[i].copy()
                 games = group.draws.take_games() if i == 0 else None
@@ -281,7 +296,11 @@ class Actor(Worker):
             if i == 0:
                 self.timing = {"env_s": 0.0, "wait_s": 0.0}
                 self.episodes_discarded = 0
-            self._push(self.streams[i], wire.encode("segment", pack_final_obs(arrays), meta))
+            arrays = pack_final_obs(arrays)
+            if self.packer is not None:
+                arrays = obs_pack.pack_arrays(arrays, self.packer)
+                meta[obs_pack.META] = self.packer.layout
+            self._push(self.streams[i], wire.encode("segment", arrays, meta))
         buf.start(take_rows(group.obs, group.rows[i]), group.carry[i])
 
     def _push(self, stream: PolicyStream, frames: list) -> None:

@@ -26,6 +26,7 @@ from typing import NamedTuple, Sequence
 
 from jaxsrl.streams.admission import ActorTable
 from jaxsrl.streams.kept_carry import KEPT
+from jaxsrl.streams.obs_pack import is_packed
 
 
 class Verdict(NamedTuple):
@@ -40,6 +41,10 @@ class Verdict(NamedTuple):
       arrays: ``((frame index, array name, byte count), ...)`` of its array frames.
       kept: frame index of its ``carry_kept`` array (a request whose carry the server
         keeps, :mod:`jaxsrl.streams.kept_carry`), or 0 (its carry is in ``arrays``).
+      packer: the :class:`~jaxsrl.streams.obs_pack.ObsPacker` of its packed observations,
+        or ``None`` (its observation leaves are in ``arrays``).
+      packed: ``((frame index, byte count), (frame index, byte count))`` of its ``obs#f``
+        and ``obs#b`` arrays, or ``()``.
     """
 
     frames: int
@@ -49,6 +54,8 @@ class Verdict(NamedTuple):
     rows: int
     arrays: tuple
     kept: int = 0
+    packer: object = None
+    packed: tuple = ()
 
 
 class AdmittedRequests:
@@ -85,21 +92,29 @@ class AdmittedRequests:
                 return None
         if verdict.kept and len(frames[verdict.kept]) != verdict.rows:  # uint8 [rows]
             return None
+        for i, nbytes in verdict.packed:
+            if len(frames[i]) != nbytes:
+                return None
         return verdict
 
     def remember(self, frames: Sequence, generation: int, actor: int | None, group: int,
-                 rows: int, names: Sequence[str]) -> None:
+                 rows: int, names: Sequence[str], packer: object = None) -> None:
         """Remember that the request of ``frames`` (bytes; its arrays named ``names`` in
         frame order) was accepted with ``actor``, ``group`` and ``rows``, the actor table
-        having had ``generation`` before the check (:meth:`generation`)."""
+        having had ``generation`` before the check (:meth:`generation`); ``packer``: its
+        observations' :class:`~jaxsrl.streams.obs_pack.ObsPacker` (``obs#f``/``obs#b``
+        among ``names``), or ``None``."""
         if len(frames) < 2 or not all(type(f) is bytes for f in frames):  # noqa: E721
             return
         if len(self._known) >= self._max_known:
             self._known.clear()
         arrays = tuple((i + 2, name, len(frames[i + 2])) for i, name in enumerate(names))
         kept = next((i for i, name, _ in arrays if name == KEPT), 0)
-        self._known[frames[1]] = Verdict(len(frames), generation, actor, group, rows,
-                                         tuple(a for a in arrays if a[1] != KEPT), kept)
+        by_name = {name: (i, nbytes) for i, name, nbytes in arrays}
+        packed = (by_name["obs#f"], by_name["obs#b"]) if packer is not None else ()
+        self._known[frames[1]] = Verdict(
+            len(frames), generation, actor, group, rows,
+            tuple(a for a in arrays if a[1] != KEPT and not is_packed(a[1])), kept, packer, packed)
 
     def __len__(self) -> int:
         return len(self._known)

@@ -22,6 +22,11 @@ the same keys as one ``split`` per call); replies are slices of the outputs' byt
 cached headers (:class:`~jaxsrl.streams.wire.SliceEncoder`), sent and received below
 pyzmq's Python wrappers.
 
+Requests may carry their observations packed (meta ``obs_pack``,
+:mod:`jaxsrl.streams.obs_pack`: boolean columns as bits) and their carry kept by this
+server (``carry_kept``, :mod:`jaxsrl.streams.kept_carry`); both are rebuilt into the batch
+rows, bit for bit, before ``act`` sees them.
+
 Hostile or broken input: a request that is not a well-formed ``act`` message of this
 server's schema, is larger than the server takes, or whose ``actor``/``run`` ids are
 not those of a live actor of the run (:class:`~jaxsrl.streams.admission.ActorTable`) is
@@ -52,10 +57,11 @@ from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.streams import wire
 from jaxsrl.streams.admission import ActorTable, DropLog, drop_input, message_ids
 from jaxsrl.streams.carry import CarryCodec
+from jaxsrl.streams import obs_pack
 from jaxsrl.streams.kept_carry import KEPT, RESEND, KeptCarries
 from jaxsrl.streams.params import ParameterStore, Versioned
 from jaxsrl.streams.sockets import bind, open_socket, recv_routed, send_frames
-from jaxsrl.streams.spaces import obs_schema, unflatten_obs
+from jaxsrl.streams.spaces import obs_schema, space_leaves, unflatten_obs
 from jaxsrl.streams import opponents as opp
 from jaxsrl.workers.inference.admitted import AdmittedRequests
 from jaxsrl.workers.inference.batch import BatchBuffer, KeyStream
@@ -148,6 +154,8 @@ class PolicyWorker(Worker):
         self._act = act
         self._carry = CarryCodec(initial_carry)
         self._obs_names = list(obs_schema(observation_space))
+        self._obs_leaves = space_leaves(observation_space)  # packed observations (obs_pack)
+        self._wire_names: list = []  # the arrays of the request parse saw last, in frame order
         self._schema = obs_schema(observation_space) | self._carry.schema()
         self._opponents = opponents
         self._request_schema = self._schema | (
@@ -273,8 +281,13 @@ class PolicyWorker(Worker):
         if type(group) is not int or not 0 <= group < _MAX_GROUP:  # noqa: E721
             raise wire.WireError(f"meta 'group' must be a small non-negative integer, got {group!r}")
         actor = self.actors.check(msg.meta) if self.actors is not None else None
-        if KEPT in msg.arrays and self._carry.names:  # its carry is the one this server kept
-            n = wire.check_rows(msg.arrays, self._kept_schema, "observation")
+        packed = obs_pack.META in msg.meta  # observations packed: the float32 leaves rebuilt
+        arrays = obs_pack.unpack(msg.arrays, msg.meta, self._obs_leaves) if packed else msg.arrays
+        self._wire_names = list(msg.arrays)
+        if KEPT in arrays and self._carry.names:  # its carry is the one this server kept
+            n = wire.check_rows(arrays, self._kept_schema, "observation")
+        elif packed:
+            n = wire.check_rows(arrays, self._request_schema, "observation")
         else:
             n = checked.require_rows()
         if not 0 < n <= self.max_rows:
@@ -283,7 +296,7 @@ class PolicyWorker(Worker):
             self.actors.seen(actor)
         if self._opponents is not None and "games" in msg.meta:
             self._opponents.record_games(msg.meta["games"])  # checks them, never raises
-        return identity, msg.meta, msg.arrays, n
+        return identity, msg.meta, arrays, n
 
     def _run(self) -> None:
         """Serve until ``stop`` is set (``run()`` calls this; exceptions end up in ``error``)."""
@@ -332,6 +345,12 @@ class PolicyWorker(Worker):
                         self._answer(sock, batch)
                         batch.clear()
                     start = buf.add_frames(frames, verdict.arrays, n)
+                    if verdict.packer is not None:  # observations packed: unpacked into the rows
+                        (fi, _), (bi, _) = verdict.packed
+                        verdict.packer.decode_into(
+                            {k: buf.arrays[k][start:start + n] for k in self._obs_names},
+                            np.frombuffer(frames[fi], np.float32).reshape(n, -1),
+                            np.frombuffer(frames[bi], np.uint8).reshape(n, -1))
                     if kept is not None:
                         self._fill_kept(start, n, kept, keep)
                     batch.append((frames[0], verdict.group, start, n))
@@ -385,7 +404,10 @@ class PolicyWorker(Worker):
         if self._remember and "games" not in meta and all(
                 a.dtype == buf.arrays[k].dtype for k, a in arrays.items() if k != KEPT):
             actor = None if self.actors is None else message_ids(meta)[0]
-            self._admitted.remember(frames, generation, actor, meta["group"], n, list(arrays))
+            packer = (obs_pack.ObsPacker.from_layout(self._obs_leaves, meta[obs_pack.META])
+                      if obs_pack.META in meta else None)
+            self._admitted.remember(frames, generation, actor, meta["group"], n, self._wire_names,
+                                    packer)
 
     def _more(self, sock: zmq.Socket, deadline: float, wait: bool) -> list | None:
         """The next request of this batch: one already waiting, else (``wait``) the first
