@@ -242,8 +242,8 @@ def _shutdown(run: Run, finished: bool = False) -> dict:
     for w in run.workers:
         w.worker.stop.set()
     for w in run.workers:
-        if w.started:
-            w.thread.join(timeout=30)
+        if w.started:  # a device learner ends its compiled call first: as long as its longest
+            w.thread.join(timeout=max(30.0, 2 * getattr(w.worker, "longest_call_s", 0.0)))
     for w in run.trainer_threads():
         t = w.worker
         # A dead learner process (PeerError) left the last update's state intact.

@@ -54,7 +54,11 @@ class PeriodicEvaluator:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             cmd = [sys.executable, "-m", "jaxsrl.cli.evaluate",
                    "--logdir", self.logdir, "--episodes", str(self.episodes), "--json", path]
-            env = child_env({"JAXSRL_TENSORBOARD": "0", "JAXSRL_PROGRESS": "0"})
+            # The run's process holds most of an accelerator's memory (JAX preallocates
+            # 75%): the evaluation allocates what it uses, unless the user said otherwise.
+            env = child_env({"JAXSRL_TENSORBOARD": "0", "JAXSRL_PROGRESS": "0",
+                             "XLA_PYTHON_CLIENT_PREALLOCATE":
+                                 os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false")})
             self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, text=True)
             self._path, self._version = path, saved_version

@@ -100,6 +100,8 @@ class DeviceLearner(LearnerRequests, Worker):
     Attributes:
       env_steps: env steps started so far (the restored count plus this run's steps).
       steps_per_call: env steps one step adds to the run (all members).
+      longest_call_s: the longest wall-clock seconds one step took until it was counted
+        (the launcher waits at least twice this for the learner to stop).
     """
 
     def __init__(self, name: str, settings: DeviceSettings, env_steps: int, steps_per_call: int):
@@ -110,6 +112,8 @@ class DeviceLearner(LearnerRequests, Worker):
         self.extra_meta: dict = {}  # run counters saved with checkpoints (set by the launcher)
         self._requests = RequestQueue(name)
         self._queued: list = []
+        self.longest_call_s = 0.0
+        self._last_counted = time.perf_counter()
 
     # -- to implement ----------------------------------------------------------------
     def _build(self) -> None:
@@ -139,6 +143,7 @@ class DeviceLearner(LearnerRequests, Worker):
             log.info("device actors: %s's rollout-and-learn step compiled in %.1f s", self.name,
                      time.perf_counter() - t0)
             self.start_serving()
+            self._last_counted = time.perf_counter()
             while not self.stop.is_set():
                 self.beat()
                 if self._requests.pending():
@@ -151,6 +156,9 @@ class DeviceLearner(LearnerRequests, Worker):
                     self.env_steps += self.steps_per_call
                     while len(self._queued) > 1:
                         self._count(self._queued.pop(0))  # blocks until that step finished
+                        now = time.perf_counter()
+                        self.longest_call_s = max(self.longest_call_s, now - self._last_counted)
+                        self._last_counted = now
                 else:  # the budget is spent: count the last step, then wait for the stop
                     self.drain()
                     self.stop.wait(0.02)
