@@ -25,7 +25,7 @@ loop there (the figures are then the profiler's, slower).
 Result (per env step = per environment stepped once): ``env_ms`` (CPU), ``overhead_ms``
 and ``overhead_fraction`` (of ``env_ms``), its parts ``request_ms``, ``receive_ms``,
 ``segment_ms`` and ``other_ms`` (the rest: recording steps into the segment buffers, the
-loop), ``wait_ms`` (wall time in ``receive`` less its CPU), ``request_bytes``,
+loop, and ``other_threads_ms``: ZeroMQ's I/O thread), ``wait_ms`` (wall time in ``receive`` less its CPU), ``request_bytes``,
 ``segment_bytes`` (sent by the actor) and ``reply_bytes`` (received), ``env_steps_per_s``.
 """
 
@@ -151,8 +151,26 @@ def summarize(child: dict, envs_per_group: int) -> dict:
         "reply_bytes": c["reply_bytes"] / steps,
         "sent_bytes": (c["request_bytes"] + c["segment_bytes"]) / steps,
         "requests": c["requests"], "segments": c["segments"],
+        # CPU of the other threads (ZeroMQ's I/O thread: the sockets' system calls; this
+        # rung's clock, asleep), at the kernel's tick resolution
+        "other_threads_ms": child.get("other_threads_cpu_s", 0.0) * per,
         "counters": c,
     }
+
+
+def thread_cpu_s() -> dict:
+    """CPU seconds (user + system) of each thread of this process, by thread id
+    (``/proc/self/task/<tid>/stat``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def _frames_bytes(frames) -> int:
@@ -228,10 +246,15 @@ def child_main(argv: list[str]) -> int:
             time.sleep(0.01)
         time.sleep(warmup_s)
         before, w0, c0 = dict(counters), time.perf_counter(), time.process_time()
+        t0 = thread_cpu_s()
         time.sleep(duration_s)
         after, w1, c1 = dict(counters), time.perf_counter(), time.process_time()
+        t1 = thread_cpu_s()
+        main = threading.main_thread().native_id
         result.update(counters={k: after[k] - before[k] for k in COUNTERS}, wall_s=w1 - w0,
-                      process_cpu_s=c1 - c0)
+                      process_cpu_s=c1 - c0,
+                      main_thread_cpu_s=t1.get(main, 0.0) - t0.get(main, 0.0),
+                      other_threads_cpu_s=sum(t1[k] - t0.get(k, 0.0) for k in t1 if k != main))
         actor.stop.set()
     timer = threading.Thread(target=clock, daemon=True)
     timer.start()

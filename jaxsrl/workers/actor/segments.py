@@ -106,6 +106,10 @@ class Group:
                  with_valid: bool = False):
         self.env = env
         self.rows = [s.rows_of(env) for s in streams]
+        # each stream's rows as an index: a slice (views, no copies) when it serves every row
+        # in order (what is recorded from them is copied into its segment buffer at once)
+        self.select = [slice(None) if np.array_equal(r, np.arange(env.num_rows)) else r
+                       for r in self.rows]
         self.carry = [{name: np.zeros((len(r),) + tuple(shape), dtype) for name, dtype, shape in carry_spec}
                       for r in self.rows]
         self.action = np.zeros((env.num_rows,) + action[1], action[0])

@@ -264,13 +264,16 @@ class Actor(Worker):
         if group.draws:
             group.draws.stepped(step.reward, done, step.valid, discarded)
         full = []
-        for i, rows in enumerate(group.rows):
+        for i, rows in enumerate(group.select):  # (a slice for a stream of every row: views)
             for v in group.carry[i].values():
                 v[done[rows]] = 0  # a new episode starts from the initial (zero) carry
             buf = group.buffers[i]
+            every = type(rows) is slice  # noqa: E721
             if buf.record(group.action[rows], group.logp[rows], group.version[i], step.reward[rows],
-                          step.terminated[rows], step.truncated[rows], take_rows(step.obs, rows),
-                          take_rows(step.final_obs, rows) if step.truncated[rows].any() else {},
+                          step.terminated[rows], step.truncated[rows],
+                          step.obs if every else take_rows(step.obs, rows),
+                          (step.final_obs if every else take_rows(step.final_obs, rows))
+                          if step.truncated[rows].any() else {},
                           None if step.valid is None else step.valid[rows],
                           None if discarded is None else discarded[rows]):
                 full.append(i)
