@@ -227,13 +227,12 @@ def _shutdown(run: Run, finished: bool = False) -> dict:
     """Stop everything of ``run`` (learners' intake, then actors, then the other
     workers), save the final checkpoints and write
     the closing metrics line; returns the counters it holds. A ``finished`` run (its
-    control loop ended it) first waits for its running evaluation and records it."""
+    control loop ended it) also records its running evaluation and, if one is due, that
+    of its final checkpoint (:meth:`PeriodicEvaluator.finish`); a stopped or failed one
+    kills its evaluation at once."""
     record: dict = {}
-    if run.evaluator is not None:
-        result = run.evaluator.finish() if finished else None
+    if run.evaluator is not None and not finished:
         run.evaluator.stop()
-        if result and run.writer is not None:
-            run.writer.write(result | {"wall_time_s": run.clock()})
     # The learners take no more samples once the run is done: segments queued while the
     # actors stop would otherwise be learned and counted (docs/reliability.md, shutdown).
     for w in run.trainer_threads():
@@ -253,6 +252,12 @@ def _shutdown(run: Run, finished: bool = False) -> dict:
             t.save_checkpoint()
     for ckpt in run.checkpointers:
         ckpt.close()
+    if run.evaluator is not None and finished:
+        final = [t.checkpointer.latest_step() for t in run.trainers.values()
+                 if t.checkpointer is not None]
+        for result in run.evaluator.finish(min(final) if None not in final and final else None):
+            if run.writer is not None:
+                run.writer.write(result | {"wall_time_s": run.clock()})
     if run.writer is not None:
         # Learners finish their last update after the control loop ends: one
         # closing line with the counters the final checkpoint holds.

@@ -6,7 +6,8 @@ a child process (one at a time), so evaluation never stalls the actors or the
 learner. When it finishes, its summary is logged into ``metrics.jsonl`` under
 ``eval/`` keys (``eval/return_mean``, ``eval/return_mean/<team>``, ``eval/policy_version``,
 ...), separately from the training returns. A run that ends normally waits for the running
-evaluation (:meth:`PeriodicEvaluator.finish`); Ctrl-C or a failure kills it.
+evaluation and evaluates its final checkpoint if an evaluation is due there
+(:meth:`PeriodicEvaluator.finish`); Ctrl-C or a failure kills the running one.
 """
 
 from __future__ import annotations
@@ -76,11 +77,25 @@ class PeriodicEvaluator:
         with open(self._path) as f:
             return eval_metrics(json.load(f)["summary"], self._version)
 
-    def finish(self, timeout_s: float = 300.0) -> dict | None:
-        """At a run's normal end: wait for the running evaluation, if any (at most
-        ``timeout_s`` seconds, then it is killed), and return its metrics (``None``:
-        none was running). Evaluations are bounded (an env without a time limit is cut,
-        ``jaxsrl.tools.evaluation``), so this wait ends."""
+    def finish(self, final_version: int | None, timeout_s: float = 300.0) -> list[dict]:
+        """At a run's normal end (its final checkpoints saved): wait for the running
+        evaluation, then evaluate ``final_version`` (the final checkpoint; ``None``:
+        none) if an evaluation was asked for and not started, or is due at it; returns
+        the metrics of each (``[]``: none). Each wait lasts at most ``timeout_s``
+        seconds (then the evaluation is killed). Evaluations are bounded (an env
+        without a time limit is cut, ``jaxsrl.tools.evaluation``), so the waits end."""
+        results = [self._wait(timeout_s)]
+        if final_version is not None and self.every and (
+                self.pending_version is not None or final_version >= self.next_version):
+            self.pending_version = None
+            self.requested(final_version)
+            self.poll(final_version)  # starts it
+            results.append(self._wait(timeout_s))
+        return [r for r in results if r]
+
+    def _wait(self, timeout_s: float) -> dict | None:
+        """The running evaluation's metrics once it ended (``None``: none ran, or it
+        outlasted ``timeout_s`` and was killed)."""
         if self.proc is None:
             return None
         try:
@@ -89,6 +104,7 @@ class PeriodicEvaluator:
             log.warning("evaluation of version %d still runs after %.0f s: stopped", self._version,
                         timeout_s)
             self.stop()
+            self.proc = None
             return None
         return self.poll(None)
 
