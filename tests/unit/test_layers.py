@@ -100,3 +100,39 @@ def test_the_evaluation_branch_importing_the_entry_point_back_breaks_a_contract(
     text = " ".join(out.stdout.split())
     assert out.returncode == 1 and "1 broken" in text, out.stdout + out.stderr
     assert "jaxsrl.tools.device_evaluation -> jaxsrl.tools.evaluation" in text
+
+
+def _import_circles(root: str, packages=("jaxsrl.launch", "jaxsrl.tools", "jaxsrl.workers")) -> list:
+    """Pairs of modules of one of ``packages`` that import each other, directly or through
+    other modules of that package (grimp's graph of the checkout at ``root``; imports under
+    ``TYPE_CHECKING`` count), found in a fresh process."""
+    pytest.importorskip("grimp")
+    code = f"""
+import grimp, json
+g = grimp.build_graph("jaxsrl")
+out = []
+for pkg in {list(packages)!r}:
+    mods = sorted(m for m in g.modules if m.startswith(pkg + "."))
+    for a in mods:
+        for b in sorted(g.find_modules_directly_imported_by(a)):
+            if b in mods and b != a and g.chain_exists(importer=b, imported=a):
+                out.append(sorted([a, b]))
+print(json.dumps(sorted(map(list, {{tuple(p) for p in out}}))))
+"""
+    env = dict(os.environ, PYTHONPATH=root)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    import json  # noqa: PLC0415
+    return json.loads(proc.stdout)
+
+
+def test_no_import_circles_in_the_controller_tools_or_workers(tmp_path):
+    """Issue 41: the launcher, the tools and the workers have no import circles (the
+    control loop and the inference backends, the device loop and its population, the
+    evaluation and its device branch imported each other); a planted one is found."""
+    assert _import_circles(ROOT) == []
+    root = _copy_checkout(tmp_path)
+    _plant(tmp_path / "jaxsrl" / "launch" / "inference_backends.py",
+           "from jaxsrl.launch.control import Run")
+    assert ["jaxsrl.launch.control", "jaxsrl.launch.inference_backends"] in _import_circles(root)
