@@ -22,6 +22,7 @@ from agents import AGENTS
 from jaxsrl.cli import help as help_lib
 from jaxsrl.cli.common import configure_logging, import_from_current_directory
 from jaxsrl.core.limits import raise_fd_limit
+from jaxsrl.experiment.checkpoint import CheckpointWriteError
 from jaxsrl.experiment.config import load_config
 from jaxsrl.experiment.metrics import return_text, returns_of
 from jaxsrl.launch.launcher import ComponentDied, train
@@ -83,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         log.warning("interrupted (the line above says which checkpoints were saved)")
         return 130
+    except CheckpointWriteError as exc:  # a full disk: not a configuration error
+        print(f"train.py: error: {exc}", file=sys.stderr)
+        return 1
     except (ValueError, TypeError, FileNotFoundError, gymnasium.error.Error) as exc:
         # Problems found before training starts: unsupported spaces, a missing
         # dependency of the environment, --resume without a checkpoint, device counts.

@@ -61,13 +61,17 @@ class Worker:
 
         Raises:
           BaseException: whatever ended the loop, after keeping it in ``error`` and
-            setting ``ready`` (unless ``reraise`` is False: then it is only kept).
+            setting ``ready`` (unless ``reraise`` is False: then it is only kept). An
+            error whose class has ``one_line = True`` (its message says all, e.g. a full
+            disk) is kept and surfaced by the owner without a traceback.
         """
         try:
             self._run(*args, **kwargs)
         except BaseException as exc:  # surfaced by the owner, which names this worker
             self.error = exc
             self.ready.set()
+            if getattr(exc, "one_line", False):
+                return
             if self.log is not None:
                 self.log.exception("%s stopped", self.name)
             if self.reraise:

@@ -100,6 +100,23 @@ def structure_differences(stored: dict[str, str], wanted: dict[str, str]) -> lis
             if stored.get(p) != wanted.get(p)]
 
 
+class CheckpointWriteError(ValueError):
+    """A checkpoint could not be written (a full disk, a quota, a read-only folder): one
+    line naming the step, the folder and the newest complete checkpoint, which Orbax's
+    atomic rename left intact like every earlier one."""
+
+    one_line = True  # a worker stopped by it logs no traceback (jaxsrl.core.worker)
+
+
+def _write_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failed write of files (not a bug of the saved tree)."""
+    if isinstance(exc, OSError):
+        return True
+    text = str(exc)
+    return any(s in text for s in ("No space left", "Failed to write", "Failed writing",
+                                    "Disk quota", "Read-only file system", "Error writing"))
+
+
 def check_meta(meta: Any, step: int) -> dict:
     """``meta`` (a checkpoint's ``meta`` item, as read back) if it is a trainer's counters:
     a map with ``policy_version`` an integer in ``0..2**62`` and, if present, ``env_steps``
@@ -154,6 +171,19 @@ class Checkpointer:
         self.directory = os.path.abspath(directory)
         self.manager = ocp.CheckpointManager(
             self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+        self._writing: int | None = None  # the step of the save in flight (asynchronous)
+        _quiet_orbax_write_errors()
+
+    def _failed(self, exc: BaseException) -> BaseException:
+        """``exc`` of a save or a wait as :class:`CheckpointWriteError` when it is a failed
+        write (else as it is)."""
+        if not _write_failed(exc):
+            return exc
+        complete = finalised_steps(self.directory)
+        return CheckpointWriteError(
+            f"checkpoint {self._writing} could not be written to {self.directory} (a full disk "
+            f"or quota?): {_one_line(exc)[:240]}; the checkpoints saved before it are intact "
+            f"(newest complete: {complete[0] if complete else 'none'})")
 
     def save(self, step: int, state: Any, meta: dict, extra: dict | None = None) -> None:
         """Save ``state`` (a pytree of arrays) and ``meta`` (JSON counters) as ``step``
@@ -165,6 +195,8 @@ class Checkpointer:
 
         Raises:
           ValueError: an ``extra`` name that is taken or not an identifier.
+          CheckpointWriteError: this save's or the previous one's files could not be
+            written (a full disk): one line; earlier checkpoints are intact.
         """
         items = {"state": ocp.args.StandardSave(state), "meta": ocp.args.JsonSave(meta)}
         for name, tree in (extra or {}).items():
@@ -173,7 +205,11 @@ class Checkpointer:
                                  "than 'state' and 'meta'")
             items[name] = ocp.args.StandardSave(tree)
         with _SAVE_LOCK:
-            self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+            try:
+                self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+            except Exception as exc:  # noqa: BLE001  (this save's or the previous one's write)
+                raise self._failed(exc) from None
+            self._writing = step
 
     def has_item(self, step: int, name: str) -> bool:
         """Whether checkpoint ``step`` holds the extra item ``name`` (see :meth:`save`)."""
@@ -299,9 +335,38 @@ class Checkpointer:
         return out.state, check_meta(out.meta, step)
 
     def close(self) -> None:
-        """Wait for pending saves and release the manager."""
-        self.manager.wait_until_finished()
-        self.manager.close()
+        """Wait for pending saves and release the manager.
+
+        Raises:
+          CheckpointWriteError: the last save's files could not be written (one line).
+        """
+        try:
+            self.manager.wait_until_finished()
+        except Exception as exc:  # noqa: BLE001
+            raise self._failed(exc) from None
+        finally:
+            self.manager.close()
+
+
+class _OneLineOrbaxErrors(logging.Filter):
+    """Orbax's background threads log a failed write with its traceback (hundreds of lines
+    per write, several times); the save raises :class:`CheckpointWriteError` in one line
+    anyway. This keeps each such record, as one line without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in (record.pathname or ""):
+            if record.exc_info and _write_failed(record.exc_info[1]):
+                text = " ".join(record.getMessage().split())
+                record.msg, record.args = text[:300] + ("..." if len(text) > 300 else ""), ()
+                record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+def _quiet_orbax_write_errors() -> None:
+    """Install :class:`_OneLineOrbaxErrors` on the ``absl`` logger (Orbax's), once."""
+    absl = logging.getLogger("absl")
+    if not any(isinstance(f, _OneLineOrbaxErrors) for f in absl.filters):
+        absl.addFilter(_OneLineOrbaxErrors())
 
 
 def quiet_orbax_leftovers() -> None:
