@@ -35,9 +35,10 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SMALL = ["--num_actors=2", "--envs_per_actor=4", "--segment_length=16", "--batch_segments=8",
-         "--ppo.hidden_sizes", "16", "16", "--ppo.num_minibatches=2", "--ppo.num_epochs=1",
-         "--log_interval_s=1"]
+SMALL = ["--segment_length=16", "--batch_segments=8", "--ppo.hidden_sizes", "16", "16",
+         "--ppo.num_minibatches=2", "--ppo.num_epochs=1", "--log_interval_s=1"]
+ACTORS = ["--num_actors=2", "--envs_per_actor=4"]  # actor processes (not device actors)
+DEVICE_ENVS = ("jax:", "gymnax:", "brax:", "jaxmarl:")  # device actors: no actor processes
 
 
 def complete_steps(policy_dir: str) -> list[int]:
@@ -70,8 +71,9 @@ def resumed_versions(logdir: str) -> list[int]:
 def trial(i: int, args, rng: random.Random) -> dict:
     logdir = os.path.join(args.root, f"t{i:02d}")
     shutil.rmtree(logdir, ignore_errors=True)
+    actors = [] if args.env.startswith(DEVICE_ENVS) else ACTORS
     base = [sys.executable, os.path.join(REPO, "scripts", "train.py"), f"--env={args.env}",
-            *SMALL, f"--logdir={logdir}"]
+            *SMALL, *actors, f"--logdir={logdir}"]
     policy_dir = os.path.join(logdir, "checkpoints", "default")
     log = open(logdir + ".log", "w")
     proc = subprocess.Popen(base + ["--total_env_steps=1000000000",

@@ -46,7 +46,9 @@ def apply_file(cfg: Any, path: str) -> Any:
     """``cfg`` with the TOML file at ``path`` layered over it.
 
     Raises:
-      ValueError: the file is not valid TOML, or names an unknown key.
+      ValueError: the file is not valid TOML (or not UTF-8, or nested too deeply), names
+        an unknown key, or gives a value of another type than its field's (only this
+        error, whatever the file holds: ``tests/fuzz_decoders.py``).
     """
     try:
         with open(path, "rb") as f:
@@ -141,7 +143,8 @@ def apply_table(cfg: Any, data: dict, path: str) -> Any:
       ValueError: a key that is neither a run field nor a table; a key of the agent's
         table that its config dataclass lacks, or of a section's table that the section
         lacks; a key set both at the top and in its section's table; contradicting
-        inference keys (``path`` names the file).
+        inference keys; a value of another type than its field's (:func:`check_value`;
+        ``path`` names the file).
     """
     agent_name = cfg.agent_field or cfg.agent
     data = _flatten_sections(cfg, data, path)

@@ -167,7 +167,8 @@ class RunDir:
 
         Raises:
           FileNotFoundError: the folder has none.
-          ValueError: it is not a JSON object.
+          ValueError: it is not a JSON object (not JSON, not UTF-8, nested too deeply);
+            only these two, whatever the file holds.
         """
         if not os.path.exists(self.config_path):
             raise FileNotFoundError(f"no run config at {self.config_path} (written by the "
@@ -193,6 +194,7 @@ class RunDir:
     def read_metrics(self, final: bool = True) -> list[dict]:
         """The records of ``metrics.jsonl`` (a line still being written is skipped; with
         ``final=False`` also the closing ``final`` record, which holds counters only).
+        Lines that are not JSON objects are skipped: never raises on the file's content.
 
         Raises:
           FileNotFoundError: no metrics file.
