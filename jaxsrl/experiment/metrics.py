@@ -180,6 +180,14 @@ class MetricsAccumulator:
         with self._lock:
             self.policy_version[policy] = version
 
+    def window_mean(self, key: str) -> float | None:
+        """The current mean of record key ``key``'s episode window (e.g.
+        ``"episode_return_mean"``), as the next :meth:`snapshot` would give it, without
+        closing the interval; ``None`` before any episode reported it."""
+        with self._lock:
+            window = self._windows.get(key)
+            return sum(window) / len(window) if window else None
+
     def snapshot(self, elapsed_s: float) -> dict:
         """Close the interval of ``elapsed_s`` seconds and return its metrics."""
         with self._lock:

@@ -218,9 +218,14 @@ class ControlLoop:
             self.responsive_since = None
 
     def _log_metrics(self) -> bool:
-        """Write a metrics record when due; True when the run is done."""
+        """Write a metrics record when due, and at once when the run is done (its
+        ``total_env_steps``, or ``target_return`` reached by the episode window's mean
+        return, checked on every turn of the loop, not only at records); True when done."""
         cfg, now = self.run.cfg, self.run.clock()
         done = self.run.metrics.env_steps >= cfg.total_env_steps
+        if cfg.target_return is not None and not done:
+            ret = self.run.metrics.window_mean("episode_return_mean")
+            done = ret is not None and ret >= cfg.target_return
         if done or now - self.last_log >= cfg.log_interval_s:
             self.record = self.run.metrics.snapshot(now - self.last_log) | {"wall_time_s": now}
             self.last_log = now

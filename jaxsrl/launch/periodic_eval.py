@@ -19,6 +19,7 @@ import subprocess
 import sys
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.core.paths import child_env
+from jaxsrl.parallel.compile_cache import MIN_COMPILE_TIME_S
 
 log = logging.getLogger("jaxsrl.eval")
 
@@ -30,10 +31,14 @@ class PeriodicEvaluator:
       logdir: the run folder (``config.json`` and ``checkpoints/``).
       every: policy versions between evaluations (0: never).
       episodes: episodes per evaluation.
+      cache_dir: the run's persistent XLA cache (``--compilation_cache_dir``), which the
+        evaluation processes use too (``None``: none), so each one after the first
+        loads its compiled programs instead of compiling them again.
     """
 
-    def __init__(self, logdir: str, every: int, episodes: int):
+    def __init__(self, logdir: str, every: int, episodes: int, cache_dir: str | None = None):
         self.logdir, self.every, self.episodes = logdir, every, episodes
+        self.cache_dir = os.path.expanduser(cache_dir) if cache_dir else None
         self.next_version = every
         self.proc: subprocess.Popen | None = None
         self.pending_version: int | None = None  # waiting for this checkpoint
@@ -57,9 +62,13 @@ class PeriodicEvaluator:
                    "--logdir", self.logdir, "--episodes", str(self.episodes), "--json", path]
             # The run's process holds most of an accelerator's memory (JAX preallocates
             # 75%): the evaluation allocates what it uses, unless the user said otherwise.
-            env = child_env({"JAXSRL_TENSORBOARD": "0", "JAXSRL_PROGRESS": "0",
-                             "XLA_PYTHON_CLIENT_PREALLOCATE":
-                                 os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false")})
+            extra = {"JAXSRL_TENSORBOARD": "0", "JAXSRL_PROGRESS": "0",
+                     "XLA_PYTHON_CLIENT_PREALLOCATE":
+                         os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false")}
+            if self.cache_dir:  # JAX reads these at its start
+                extra.update(JAX_COMPILATION_CACHE_DIR=self.cache_dir,
+                             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=str(MIN_COMPILE_TIME_S))
+            env = child_env(extra)
             self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, text=True)
             self._path, self._version = path, saved_version

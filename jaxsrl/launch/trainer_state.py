@@ -29,7 +29,8 @@ def initial_state(run: Any, t: Any, i: int, fns: Any, ckpt: Any) -> tuple[Any, A
     cfg, placement = run.cfg, run.placement
     rng = jax.random.PRNGKey(cfg.seed + 1000 * i)
     rng, init_key = jax.random.split(rng)
-    state = devices.put_replicated(fns.init(init_key), placement.local_mesh)
+    # one compiled program, not one per operation (seconds of XLA compiles for a network)
+    state = devices.put_replicated(jax.jit(fns.init)(init_key), placement.local_mesh)
     if not cfg.resume:
         return state, rng, 0
     tree, meta = ckpt.restore({"agent": state, "rng": rng}, set_aside_unreadable=True)

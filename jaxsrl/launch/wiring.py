@@ -32,6 +32,7 @@ from jaxsrl.launch.population import Population
 from jaxsrl.launch.supervision import ComponentDied
 from jaxsrl.launch.topology import envs_of
 from jaxsrl.streams.spaces import action_leaf, space_leaves
+from jaxsrl.tools.eval_result import supports_deterministic
 from jaxsrl.workers.learner import replay_setup
 
 log = logging.getLogger("jaxsrl")
@@ -114,8 +115,9 @@ def agent_setup(cfg: Any, flow: Any, placement: Any) -> AgentSetup:
 
     Raises:
       ValueError: ``batch_segments`` not divisible by the local devices, an
-        unsupported observation or action space, or a JAX-native env's agent that
-        device actors cannot run (:func:`jaxsrl.launch.device_trainers.check`).
+        unsupported observation or action space, a JAX-native env's agent that
+        device actors cannot run (:func:`jaxsrl.launch.device_trainers.check`), or
+        ``--eval_every`` with an agent whose ``act`` takes no ``deterministic`` keyword.
     """
     n_dev = placement.local_mesh.size
     if cfg.batch_segments % n_dev:
@@ -134,6 +136,10 @@ def agent_setup(cfg: Any, flow: Any, placement: Any) -> AgentSetup:
     else:
         updates = planned_updates(cfg, flow, teams, replay)
     fns_of = {t.name: factory.make(updates[t.name]) for t in flow.trainers}
+    act = fns_of[flow.trainers[0].name].act
+    if cfg.eval_every > 0 and not supports_deterministic(act):
+        raise ValueError(f"--eval_every={cfg.eval_every}: the agent's act() has no "
+                         "'deterministic' keyword (evaluations take the most likely action)")
     flow = replay_setup.complete_dataflow(flow, fns_of, placement.processes, cfg)
     act = placement.jit_act(fns_of[flow.trainers[0].name].act)
     return AgentSetup(spec, teams, fns_of, updates, act, flow)
@@ -182,7 +188,8 @@ def start(run: Run, setup: AgentSetup, restored: Callable[[], None] = lambda: No
     run.actors = builders.actors(run, setup)
     for a in run.actors:
         a.start()
-    run.evaluator = PeriodicEvaluator(run.logdir, run.cfg.eval_every, run.cfg.eval_episodes)
+    run.evaluator = PeriodicEvaluator(run.logdir, run.cfg.eval_every, run.cfg.eval_episodes,
+                                      run.cfg.compilation_cache_dir)
 
 
 def _start_workers(run: Run) -> None:
@@ -192,6 +199,11 @@ def _start_workers(run: Run) -> None:
         w.worker.ready.wait()
         if w.worker.error is not None:
             raise ComponentDied(f"{w.name} failed to start: {w.worker.error!r}") from w.worker.error
+    if run.inference.actor_placement == "device":
+        log.info("learners started after %.1f s; %s on %d device(s) (the first run of a "
+                 "config compiles for longer; later runs hit the XLA cache)", run.clock(),
+                 run.inference.compiling(), run.placement.local_mesh.size)
+        return
     log.info("servers listening after %.1f s; starting actors while %s on %d device(s) (the "
              "first run of a config compiles for longer; later runs hit the XLA cache)",
              run.clock(), run.inference.compiling(), run.placement.local_mesh.size)
