@@ -232,3 +232,18 @@ def test_target_return_stops_when_the_window_mean_reaches_it():
 
     quiet, _ = _control_loop(metrics, target=475.0)  # no episode in this interval
     assert quiet._log_metrics()
+
+
+def test_target_return_is_checked_between_records_too():
+    """A log interval far longer than the run (3,600 s): the loop still stops on the turn
+    the window's mean reaches the target, writing that record, not at the next interval
+    (a run's stop no longer depends on --log_interval_s)."""
+    metrics = MetricsAccumulator()
+    loop, written = _control_loop(metrics, target=475.0)
+    loop.run.cfg.log_interval_s = 3600.0
+    loop.last_log = 1.0  # a record was just written
+    metrics.add_episodes(np.float32([20.0] * 100), np.int32([20] * 100))
+    assert not loop._log_metrics() and not written  # not due, not reached
+    metrics.add_episodes(np.float32([500.0] * 100), np.int32([500] * 100))
+    assert loop._log_metrics()
+    assert written[-1]["episode_return_mean"] == 500.0
