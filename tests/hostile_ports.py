@@ -124,10 +124,11 @@ class Outcome(NamedTuple):
 
 
 def attack_run(args: list[str], logdir: str, timeout_s: float = 420, rounds: int = 1,
-               settle_s: float = 1.0, env: dict | None = None) -> Outcome:
-    """Run ``scripts/train.py args --logdir=logdir``; attack every port its process tree
-    listens on once they are up (waiting ``settle_s`` for the rest to bind); wait for
-    the run to end."""
+               settle_s: float = 3.0, env: dict | None = None, ready_line: str = "") -> Outcome:
+    """Run ``scripts/train.py args --logdir=logdir``; once it logs metrics (and
+    ``ready_line``, e.g. ``buffer processes serving``: children bind later), attack every
+    port its process tree listens on when no new one has appeared for ``settle_s``; wait
+    for the run to end."""
     log_path = os.path.join(os.path.dirname(logdir.rstrip("/")) or ".",
                             os.path.basename(logdir.rstrip("/")) + ".log")
     with open(log_path, "w") as log:
@@ -139,11 +140,17 @@ def attack_run(args: list[str], logdir: str, timeout_s: float = 420, rounds: int
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and proc.poll() is None:
             ports = listening_ports(proc.pid)
-            if ports and os.path.exists(os.path.join(logdir, "metrics.jsonl")):
+            if ports and os.path.exists(os.path.join(logdir, "metrics.jsonl")) and (
+                    not ready_line or ready_line in open(log_path, errors="replace").read()):
                 break
             time.sleep(0.2)
-        time.sleep(settle_s)
-        ports = listening_ports(proc.pid) or ports
+        stable_since, settle_deadline = time.monotonic(), time.monotonic() + 60
+        while time.monotonic() - stable_since < settle_s and time.monotonic() < settle_deadline:
+            time.sleep(0.2)
+            now = listening_ports(proc.pid)
+            if now - ports:
+                stable_since = time.monotonic()
+            ports |= now
         if proc.poll() is None:
             attack(ports, rounds=rounds)
         code = proc.wait(max(1.0, deadline - time.monotonic()))
