@@ -15,6 +15,10 @@ keeps the episode counters. :class:`EnvCarry` and :class:`StepOut` are every ada
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
+import sys
+import types
 
 import gymnasium
 import jax
@@ -24,7 +28,42 @@ import numpy as np
 from jaxsrl.envs.jax_native.autoreset import EnvCarry, StepOut, check_spaces
 
 
+#: Modules gymnax imports at its own import for drawing only (``gymnax.environments.misc.pong``
+#: ``import seaborn``, which pulls ``scipy.stats``; several envs ``import matplotlib.pyplot``):
+#: seconds of a run's start under load. They stand in ``sys.modules`` as :class:`_Deferred`
+#: modules that import the real one at their first attribute use, so a run that never
+#: draws never pays for them.
+DRAWING_ONLY = ("seaborn", "matplotlib.pyplot")
+
+
+class _Deferred(types.ModuleType):
+    """A module imported at its first attribute use: the real one then replaces this
+    stand-in in ``sys.modules``, and the stand-in forwards every attribute to it."""
+
+    def __getattr__(self, attr: str):
+        real = sys.modules.get(self.__name__)
+        if real is None or real is self:
+            sys.modules.pop(self.__name__, None)
+            try:
+                real = importlib.import_module(self.__name__)
+            except BaseException:
+                sys.modules.setdefault(self.__name__, self)
+                raise
+        return getattr(real, attr)
+
+
+def _defer(name: str) -> None:
+    """Stand a :class:`_Deferred` ``name`` in ``sys.modules`` unless it is imported
+    already or not installed."""
+    if name in sys.modules or importlib.util.find_spec(name) is None:
+        return
+    sys.modules[name] = _Deferred(name)
+
+
 def _import_gymnax():
+    if "gymnax" not in sys.modules:
+        for name in DRAWING_ONLY:
+            _defer(name)
     try:
         import gymnax  # noqa: PLC0415  (optional dependency, imported when used)
         from gymnax.environments import spaces as gymnax_spaces  # noqa: PLC0415
