@@ -15,11 +15,8 @@ import logging
 import os
 from typing import Any, Callable
 
-import jax
 
 from jaxsrl.envs import env_has_idle_rows
-from jaxsrl.experiment import events
-from jaxsrl.experiment import resume as resumption
 from jaxsrl.experiment.metrics import PolicyMetrics
 from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch import specs
@@ -31,7 +28,6 @@ from jaxsrl.launch.selfplay import SelfPlay
 from jaxsrl.launch.topology import envs_of
 from jaxsrl.launch.trainer_state import initial_state
 from jaxsrl.launch.worker_threads import Kind, WorkerThread
-from jaxsrl.parallel import devices
 from jaxsrl.streams import security
 from jaxsrl.streams.carry import CarryCodec
 from jaxsrl.workers.learner import replay_setup

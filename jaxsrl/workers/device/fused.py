@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxsrl.parallel import devices
@@ -61,4 +60,11 @@ def put_env_carry(env_carry: Any, mesh: Mesh) -> Any:
     every leaf in a buffer of its own: a ``reset`` may hand one array out as several
     leaves (Brax's envs use one zeros array for reward, done and metrics), and the
     donated carry of :func:`jit_fused_step` must not hold a buffer twice."""
-    return devices.put_batch(jax.tree.map(jnp.copy, env_carry), mesh)
+    return devices.put_batch(own_buffers(env_carry), mesh)
+
+
+def own_buffers(tree: Any) -> Any:
+    """``tree`` with every array leaf copied into a buffer of its own, placed as it was
+    (``jax.device_put(..., may_alias=False)``: no compiled program per leaf shape, as
+    ``jnp.copy`` outside ``jit`` gives), so a donating step never sees one buffer twice."""
+    return jax.tree.map(lambda x: jax.device_put(x, may_alias=False), tree)

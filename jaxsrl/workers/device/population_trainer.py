@@ -102,7 +102,7 @@ class DevicePopulationTrainer(DeviceLearner):
         n = len(policies)
         super().__init__(name, settings, env_steps, n * settings.num_envs * settings.segment_length)
         self.fns, self.env, self.mesh = fns, env, mesh
-        self.state = devices.put_replicated(stack([jax.tree.map(jnp.copy, s.state) for s in starts]),
+        self.state = devices.put_replicated(stack([s.state for s in starts]),
                                             mesh)
         self.rng = devices.put_replicated(stack([s.rng for s in starts]), mesh)
         self.versions = np.array([s.version for s in starts], np.int64)

@@ -41,7 +41,8 @@ import jax.numpy as jnp
 
 from jaxsrl.core.worker import Worker
 from jaxsrl.experiment.checkpoint import Checkpointer
-from jaxsrl.workers.device.fused import jit_fused_step, make_fused_step, put_env_carry
+from jaxsrl.workers.device.fused import (jit_fused_step, make_fused_step, own_buffers,
+                                         put_env_carry)
 from jaxsrl.workers.device.offpolicy_steps import OffPolicySteps
 from jaxsrl.workers.device.rollout import finished_episodes, initial_rollout_carry, make_rollout
 from jaxsrl.workers.learner.requests import LearnerRequests, RequestQueue, check_same_layout
@@ -225,7 +226,7 @@ class DeviceTrainer(DeviceLearner):
         self.policy, self.fns, self.env, self.mesh = policy, fns, env, mesh
         # every leaf in a buffer of its own: the step donates the state, and an agent's
         # init may hand one array out twice (DQN's target network starts as its online one)
-        self.state = jax.tree.map(jnp.copy, start.state)
+        self.state = own_buffers(start.state)
         self.rng, self.version = start.rng, start.version
         self.metrics, self.checkpointer = metrics, checkpointer
         self.offpolicy = fns.replay is not None
@@ -266,7 +267,7 @@ class DeviceTrainer(DeviceLearner):
 
     def _replace_state(self, state: Any) -> int:
         check_same_layout(self.state, state, f"{self.name}: request_replace")
-        self.state = jax.tree.map(jnp.copy, state)
+        self.state = own_buffers(state)
         self.version += 1
         self.metrics.set_version(self.policy, self.version)
         return self.version
