@@ -60,7 +60,8 @@ def _pack(obj: Any) -> bytes:
 # -- messages ---------------------------------------------------------------------------
 MODES = ("valid", "meta_value", "meta_value", "meta_value", "meta_missing", "meta_extra",
          "field", "field", "field_missing", "spec_field", "spec_field", "spec_field", "spec_shape",
-         "spec_other", "buffer", "frames", "prefix", "flip", "bytes", "deep", "not_a_map")
+         "spec_other", "spec_container", "spec_container", "buffer", "frames", "prefix", "flip",
+         "bytes", "deep", "not_a_map")
 # (repeated entries: drawn more often; a header field made ill is the main class)
 
 
@@ -84,9 +85,11 @@ def hostile(draw, valid: list[list[bytes]], prefix: int = 0, meta_keys: tuple = 
         header[draw(st.sampled_from(["v", "kind", "meta", "arrays"]))] = draw(ILL)
     elif mode == "field_missing":
         del header[draw(st.sampled_from(sorted(header)))]
-    elif mode in ("spec_field", "spec_shape", "spec_other") and header.get("arrays"):
+    elif mode.startswith("spec_") and header.get("arrays"):
         spec = draw(st.sampled_from(header["arrays"]))
-        if mode == "spec_field":  # name, dtype or shape ill-typed, or the spec itself
+        if mode == "spec_container":  # issue 42's class: a list or map where a string goes
+            spec[draw(st.integers(0, 2))] = draw(CONTAINERS)
+        elif mode == "spec_field":  # name, dtype or shape ill-typed, or the spec itself
             i = draw(st.integers(0, 3))
             if i == 3:
                 header["arrays"][header["arrays"].index(spec)] = draw(ILL)
@@ -214,7 +217,10 @@ def _status_valid(schema) -> list:
                                     "episodes": [{"return": 1.0, "team": "t"}]},
              s.INLINE_STATUS.kind: {"actor": 0, "run": 1, "versions": {"p": 2},
                                     "dropped": {"p": {"checksum": 1}}}}
-    return [schema.encode(metas[schema.kind])]
+    # and the same meta with an array (refused: statuses carry none), a base whose array
+    # specs the strategy makes ill-typed
+    return [schema.encode(metas[schema.kind]),
+            wire.encode(schema.kind, {"x": np.zeros(2, np.int8)}, metas[schema.kind])]
 
 
 def make_status(kind: str):
