@@ -95,14 +95,14 @@ class KeptCarries:
         return entry
 
     def put(self, identity: bytes, group: int, arrays: Mapping[str, np.ndarray]) -> None:
-        """Keep ``arrays`` (name -> ``[n, ...]``; not copied: the caller never writes them
-        again) for ``(identity, group)``, replacing what was kept for it; the oldest entries
-        are dropped past ``max_bytes`` (counted as the arrays' own bytes)."""
+        """Keep copies of ``arrays`` (name -> ``[n, ...]``: copies, so that an entry never
+        holds on to a whole batch's outputs) for ``(identity, group)``, replacing what was
+        kept for it; the oldest entries are dropped past ``max_bytes``."""
         key = (identity, group)
         old = self._entries.pop(key, None)
         if old is not None:
             self.nbytes -= sum(a.nbytes for a in old.values())
-        entry = dict(arrays)
+        entry = {k: np.array(v) for k, v in arrays.items()}
         size = sum(a.nbytes for a in entry.values())
         if size > self.max_bytes:
             return
