@@ -107,6 +107,8 @@ class ObsPacker:
         Raises:
           WireError: the layout is not a string, malformed, or names unknown leaves or columns.
         """
+        if not isinstance(layout, str):  # (before the cache: a list or map is not hashable)
+            raise WireError(f"meta {META!r} must be a layout string, got {type(layout).__name__}")
         return _from_layout(tuple((k, d, tuple(s)) for k, (d, s) in leaves.items()), layout)
 
     def encode(self, obs: Mapping[str, np.ndarray], prefix: str = "obs") -> dict:

@@ -71,7 +71,7 @@ def test_values_that_are_not_exactly_zero_or_one_are_refused():
 
 def test_bad_layouts_and_arrays_are_wire_errors():
     packer, leaves = _packer()
-    for layout in ("m:*;x:3,1", "q:*", "x:9", "m", 5, "m:*;m:*"):
+    for layout in ("m:*;x:3,1", "q:*", "x:9", "m", 5, "m:*;m:*", ["m:*"], {"m": "*"}, None):
         with pytest.raises(wire.WireError):
             ObsPacker.from_layout(leaves, layout)
     packed = packer.encode({"obs/m": np.ones((2, 3), np.float32),
@@ -190,3 +190,43 @@ def test_the_learner_gets_the_same_segments_packed_or_not():
             assert x.keys() == y.keys()
             for k in x:
                 assert x[k].dtype == y[k].dtype and x[k].tobytes() == y[k].tobytes(), k
+
+
+def test_the_server_drops_bad_packed_requests_and_answers_good_ones():
+    env = make_actor_env("hide_and_seek", 1, 0)
+    try:
+        space, obs = env.observation_space, env.reset()
+        packer = ObsPacker(space_leaves(space), env.wire_bits)
+    finally:
+        env.close()
+    store, metrics = ParameterStore(), MetricsAccumulator()
+    store.publish("p", 0, {"s": jnp.float32(0.0)})
+    worker = PolicyWorker("pack", "p", devices.jit_act(fake_act, devices.local_mesh()),
+                          lambda n: jnp.zeros((n, 1), jnp.float32), space, store, metrics,
+                          PolicySettings(max_rows=8))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    worker.ready.wait()
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(worker.address)
+    try:
+        packed = packer.encode(obs)
+        carry = np.zeros((len(packed["obs#f"]), 1), np.float32)
+        meta = {"actor": 0, "run": 1, "group": 0}
+        for bad_meta, arrays in (({obs_pack.META: ["x"]}, packed),
+                                 ({obs_pack.META: "self:8"}, packed),
+                                 ({obs_pack.META: packer.layout}, {"obs#f": packed["obs#f"]}),
+                                 ({}, packed)):
+            sock.send_multipart(wire.encode("act", {**arrays, "carry/0": carry}, {**meta, **bad_meta}))
+        sock.send_multipart(wire.encode("act", {**packed, "carry/0": carry},
+                                        {**meta, obs_pack.META: packer.layout}))
+        assert sock.poll(60_000)
+        reply = wire.decode(sock.recv_multipart())
+        assert reply.kind == "action" and reply.arrays["action"].shape == (len(carry), 5)
+        assert not sock.poll(200)  # the bad ones got no answer
+        assert metrics.counter("dropped_requests") == 4
+    finally:
+        sock.close()
+        worker.stop.set()
+        thread.join(5)
