@@ -165,10 +165,14 @@ class Checkpointer:
     Args:
       directory: folder for this policy's checkpoints (created if missing).
       max_to_keep: newest checkpoints kept on disk.
+      check: ``check(meta, step) -> meta`` applied to a restored ``meta`` item, raising
+        ``ValueError`` for a malformed one (default :func:`check_meta`, a trainer's
+        counters; the self-play league's store saves other counters and passes its own).
     """
 
-    def __init__(self, directory: str, max_to_keep: int = 3):
+    def __init__(self, directory: str, max_to_keep: int = 3, check: Any = None):
         self.directory = os.path.abspath(directory)
+        self._check = check_meta if check is None else check
         self.manager = ocp.CheckpointManager(
             self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
         self._writing: int | None = None  # the step of the save in flight (asynchronous)
@@ -332,7 +336,7 @@ class Checkpointer:
     def _restore(self, like: Any, step: int) -> tuple[Any, dict]:
         out = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(like), meta=ocp.args.JsonRestore()))
-        return out.state, check_meta(out.meta, step)
+        return out.state, self._check(out.meta, step)
 
     def close(self) -> None:
         """Wait for pending saves and release the manager.

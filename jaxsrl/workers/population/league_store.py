@@ -46,7 +46,8 @@ class LeagueStore:
     def __init__(self, logdir: str, keep: int = 2):
         self.path = RunDir(logdir).selfplay_path
         os.makedirs(self.path, exist_ok=True)
-        self.checkpointer = Checkpointer(os.path.join(self.path, "snapshots"), keep)
+        self.checkpointer = Checkpointer(os.path.join(self.path, "snapshots"), keep,
+                                         check=_check_league_meta)
         latest = self.checkpointer.latest_step()
         self._step = 0 if latest is None else latest + 1
 
@@ -111,3 +112,17 @@ class LeagueStore:
 
     def close(self) -> None:
         self.checkpointer.close()
+
+
+def _check_league_meta(meta: Any, step: int) -> dict:
+    """A saved league's ``meta`` (its state and ``slots``, ``[[policy, version], ...]``).
+
+    Raises:
+      ValueError: not a map, or ``slots`` not a list of ``[str, int]`` pairs (one line).
+    """
+    slots = meta.get("slots") if isinstance(meta, dict) else None
+    if not isinstance(slots, list) or not all(
+            isinstance(s, list) and len(s) == 2 and isinstance(s[0], str)
+            and type(s[1]) is int for s in slots):  # noqa: E721  (not bool)
+        raise ValueError(f"league snapshot {step}: meta has no list of [policy, version] slots")
+    return meta
