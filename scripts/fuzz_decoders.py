@@ -11,13 +11,18 @@ then shrinks it and this script prints the smallest case and exits 1).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-
-import fuzz_decoders  # noqa: E402
+#: tests/fuzz_decoders.py, loaded from its file (scripts never edit the import path).
+_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
+                     "fuzz_decoders.py")
+_SPEC = importlib.util.spec_from_file_location("fuzz_decoders", _PATH)
+fuzz_decoders = importlib.util.module_from_spec(_SPEC)
+sys.modules["fuzz_decoders"] = fuzz_decoders
+_SPEC.loader.exec_module(fuzz_decoders)
 
 
 def main() -> int:
