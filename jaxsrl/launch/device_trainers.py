@@ -13,6 +13,7 @@ and the actor builder makes no actor processes.
 
 from __future__ import annotations
 
+import concurrent.futures
 from typing import Any
 
 from jaxsrl.envs.jax_native import registry
@@ -20,7 +21,7 @@ from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.launch.trainer_state import initial_state
 from jaxsrl.workers.device.offpolicy import check_replay
 from jaxsrl.workers.device.population_trainer import DevicePopulationTrainer
-from jaxsrl.workers.device.trainer import DeviceSettings, DeviceTrainer
+from jaxsrl.workers.device.trainer import DeviceSettings, DeviceTrainer, compile_fused_step
 from jaxsrl.workers.learner import replay_setup
 from jaxsrl.workers.learner.trainer import TrainerStart
 
@@ -66,6 +67,10 @@ def device_trainers(run: Any, setup: Any) -> dict:
     settings = DeviceSettings(cfg.batch_segments, cfg.segment_length, cfg.total_env_steps,
                               setup.updates[flow.trainers[0].name], cfg.on_nonfinite,
                               env_seed=cfg.seed + 1)
+    compiled = None
+    if run.population is None and fns.replay is None:  # compile while the state is made
+        compiled = concurrent.futures.ThreadPoolExecutor(1, "compile").submit(
+            compile_fused_step, env, fns, settings, mesh)
     starts, ckpts = [], []
     for i, t in enumerate(flow.trainers):
         ckpt = run.placement.checkpointer(RunDir(run.logdir).checkpoint_dir(t.policy),
@@ -78,7 +83,7 @@ def device_trainers(run: Any, setup: Any) -> dict:
         t = flow.trainers[0]
         run.trainers[t.sample_stream] = DeviceTrainer(
             t.name, t.policy, fns, env, mesh, starts[0], settings, run.metrics,
-            env_steps=env_steps, checkpointer=ckpts[0])
+            env_steps=env_steps, checkpointer=ckpts[0], compiled=compiled)
         return run.trainers
     members = DevicePopulationTrainer(
         "population learner", [t.policy for t in flow.trainers], fns, env, mesh, starts,

@@ -30,6 +30,7 @@ One step's results are counted while the next runs (at most one step in flight).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import threading
@@ -217,12 +218,17 @@ class DeviceTrainer(DeviceLearner):
       metrics: where the steps are counted (the run's accumulator).
       env_steps: env steps the restored state has seen (0 on a fresh start).
       checkpointer: where :meth:`save_checkpoint` saves ``{"agent", "rng"}``, or ``None``.
+      compiled: a future of :func:`compile_fused_step`'s result (on-policy agents),
+        started before the initial state was built so both compile at once; ``None``:
+        compiled in the worker's thread.
     """
 
     def __init__(self, name: str, policy: str, fns: Any, env: Any, mesh: Any,
                  start: TrainerStart, settings: DeviceSettings, metrics: Any, *,
-                 env_steps: int = 0, checkpointer: Checkpointer | None = None):
+                 env_steps: int = 0, checkpointer: Checkpointer | None = None,
+                 compiled: concurrent.futures.Future | None = None):
         super().__init__(name, settings, env_steps, settings.num_envs * settings.segment_length)
+        self.compiled = compiled  # the on-policy step, compiled ahead (compile_fused_step)
         self.policy, self.fns, self.env, self.mesh = policy, fns, env, mesh
         # every leaf in a buffer of its own: the step donates the state, and an agent's
         # init may hand one array out twice (DQN's target network starts as its online one)
@@ -240,8 +246,8 @@ class DeviceTrainer(DeviceLearner):
             self.env, key, s.num_envs, self.fns.initial_carry), self.mesh)
         rollout = make_rollout(self.env, self.fns.act, s.segment_length, self.fns.initial_carry)
         if not self.offpolicy:  # rollout then learn, one version per step
-            step = jit_fused_step(make_fused_step(rollout, self.fns.learn), self.mesh).lower(
-                self.state, self.env_carry, self.rng, jnp.int32(self.version)).compile()
+            step = self.compiled.result() if self.compiled is not None else \
+                compile_fused_step(self.env, self.fns, s, self.mesh)
             self._step: Callable = lambda *a: (*step(*a[:3], jnp.int32(a[3])), 1)
         else:  # rollout, insert into the device replay, the learn calls due
             self._step = OffPolicySteps(self.fns, rollout, self.mesh, self.steps_per_call,
@@ -283,3 +289,17 @@ class DeviceTrainer(DeviceLearner):
         tree = jax.device_get({"agent": self.state, "rng": self.rng})  # host copies: donated next
         meta = {"policy_version": self.version, **self.extra_meta, "env_steps": self.env_steps}
         self.checkpointer.save(self.version, tree, meta)
+
+
+def compile_fused_step(env: Any, fns: Any, settings: DeviceSettings, mesh: Any) -> Callable:
+    """The on-policy rollout-and-learn step of ``fns`` on ``env`` compiled for ``mesh``
+    from abstract shapes only (``jax.eval_shape`` of ``fns.init`` and of the envs' reset:
+    nothing is computed), so it can compile while the initial state is being made."""
+    key = jax.random.PRNGKey(0)
+    state = jax.eval_shape(fns.init, key)
+    carry = jax.eval_shape(lambda k: initial_rollout_carry(
+        env, k, settings.num_envs, fns.initial_carry), key)
+    rollout = make_rollout(env, fns.act, settings.segment_length, fns.initial_carry)
+    return jit_fused_step(make_fused_step(rollout, fns.learn), mesh).lower(
+        state, carry, jax.ShapeDtypeStruct(key.shape, key.dtype),
+        jax.ShapeDtypeStruct((), jnp.int32)).compile()
