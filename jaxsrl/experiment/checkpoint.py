@@ -170,9 +170,14 @@ class Checkpointer:
         counters; the self-play league's store saves other counters and passes its own).
     """
 
+    #: the meta check unless the constructor is given one (subclasses that build their
+    #: own manager without calling ``__init__`` keep the trainer's check)
+    _check = staticmethod(check_meta)
+
     def __init__(self, directory: str, max_to_keep: int = 3, check: Any = None):
         self.directory = os.path.abspath(directory)
-        self._check = check_meta if check is None else check
+        if check is not None:
+            self._check = check
         self.manager = ocp.CheckpointManager(
             self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
         self._writing: int | None = None  # the step of the save in flight (asynchronous)
