@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -42,6 +42,14 @@ def packed_names(prefix: str = "obs") -> tuple[str, str]:
 def is_packed(name: str) -> bool:
     """Whether wire name ``name`` is a packed-observation array."""
     return name.endswith(("#f", "#b"))
+
+
+def packed_row_bytes(sizes: "Iterable[int]") -> int:
+    """Most bytes of one row of a packed ``<prefix>#f`` frame, whatever the layout: the
+    observation leaves' values per row (``sizes``, one count a leaf) all sent as float32.
+    A receiver's per-frame cap must admit it: packing joins the leaves into one frame,
+    larger than any single leaf's."""
+    return 4 * sum(int(n) for n in sizes)
 
 
 class ObsPacker:

@@ -80,11 +80,14 @@ class SegmentGate:
         row_bytes = [math.prod(s.shape[1:]) * np.dtype(s.dtype).itemsize for s in schema.values()]
         if any(is_final(k) for k in schema):  # sparse final obs: at most T int32 indices a row
             row_bytes.append(T * 4)
+        # packed observations join every obs leaf in one frame (obs#f, final_obs#f)
+        packed = obs_pack.packed_row_bytes(
+            math.prod(s.shape[1:]) for k, s in schema.items() if k == "obs" or k.startswith("obs/"))
         if max_rows is None:
             self.max_bytes, self.max_frame_bytes = wire.DEFAULT_MAX_BYTES, -1
         else:
             self.max_bytes = max(1, max_rows * sum(row_bytes))
-            self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, max_rows * max(row_bytes))
+            self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, max_rows * max(*row_bytes, packed))
         # observation leaves (name -> (dtype, per-row shape)) for packed observations
         self._obs_leaves = {k: (s.dtype, tuple(s.shape[2:])) for k, s in schema.items()
                             if k == "obs" or k.startswith("obs/")}

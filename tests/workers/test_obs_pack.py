@@ -3,6 +3,7 @@ bits, rebuilt bit for bit before the policy and the learner see them; refusals."
 
 import threading
 
+import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -230,3 +231,42 @@ def test_the_server_drops_bad_packed_requests_and_answers_good_ones():
         sock.close()
         worker.stop.set()
         thread.join(5)
+
+
+
+@pytest.mark.parametrize("env_id", ["hide_and_seek", "hide_and_seek_full"])
+def test_the_learners_frame_cap_admits_packed_segments_of_its_most_rows(env_id):
+    """ZeroMQ disconnects a peer whose frame exceeds the socket's MAXMSGSIZE, and says
+    nothing: packing joins every observation leaf into one frame (``obs#f``), so the
+    learner's cap must count the joined row, not the largest leaf."""
+    env = make_actor_env(env_id, 2, 0)
+    try:
+        space, aspace = env.observation_space, env.action_space
+        packer, n = ObsPacker(space_leaves(space), env.wire_bits), env.num_rows
+    finally:
+        env.close()
+    T = 20
+    schema = segment_schema(space, aspace, T, idle_rows=True)
+    gate = SegmentGate(schema, T, n, None, MetricsAccumulator())
+    arrays = {k: np.zeros((n,) + tuple(s.shape[1:]), s.dtype) for k, s in schema.items()}
+    frames = wire.encode("segment", pack_arrays(arrays, packer),
+                         {"actor": 0, "run": 1, "env_steps": 0, obs_pack.META: packer.layout})
+    assert max(len(f) for f in frames[1:]) <= gate.max_frame_bytes
+    assert sum(len(f) for f in frames[1:]) <= gate.max_bytes
+
+
+def test_the_servers_frame_cap_admits_packed_requests_of_its_most_rows():
+    """The server's cap likewise: three leaves of 4,096 values, one of them bits, pack into a
+    frame of 8,192 float32 values a row, twice the largest leaf (and above the header cap)."""
+    space = gym.spaces.Dict({k: gym.spaces.Box(0.0, 1.0, (4096,), np.float32) for k in "abc"})
+    packer = ObsPacker(space_leaves(space), {"a": None})
+    store = ParameterStore()
+    store.publish("p", 0, {"s": jnp.float32(0.0)})
+    worker = PolicyWorker("pack", "p", devices.jit_act(fake_act, devices.local_mesh()),
+                          lambda m: jnp.zeros((m, 1), jnp.float32), space, store,
+                          MetricsAccumulator(), PolicySettings(max_rows=16))
+    rows = {f"obs/{k}": np.ones((worker.max_rows, 4096), np.float32) for k in "abc"}
+    frames = wire.encode("act", {**packer.encode(rows), "carry/0": np.zeros((worker.max_rows, 1), np.float32)},
+                         {"actor": 0, "run": 1, "group": 0, obs_pack.META: packer.layout})
+    assert max(len(f) for f in frames[1:]) <= worker.max_frame_bytes
+    assert sum(len(f) for f in frames[1:]) <= worker.max_bytes

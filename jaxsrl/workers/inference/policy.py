@@ -169,7 +169,10 @@ class PolicyWorker(Worker):
         row_bytes = {k: int(np.prod(s.shape[1:], dtype=np.int64)) * np.dtype(s.dtype).itemsize
                      for k, s in self._request_schema.items()}
         self.max_bytes = max(1, self.max_rows * sum(row_bytes.values()))
-        self.max_frame_bytes = max(wire.MAX_HEADER_BYTES, self.max_rows * max(row_bytes.values()))
+        packed = obs_pack.packed_row_bytes(  # obs#f: every obs leaf in one frame
+            int(np.prod(self._request_schema[k].shape[1:], dtype=np.int64)) for k in self._obs_names)
+        self.max_frame_bytes = max(wire.MAX_HEADER_BYTES,
+                                   self.max_rows * max(*row_bytes.values(), packed))
         self._keys = KeyStream(jax.random.PRNGKey(settings.seed))
         self._batch = BatchBuffer(self._request_schema, self.buckets)
         self._inputs = {}  # bucket -> (obs tree, carry tree) viewing the batch buffer
