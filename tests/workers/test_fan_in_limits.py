@@ -8,7 +8,6 @@ import json
 import resource
 import subprocess
 import sys
-import threading
 
 import gymnasium
 import jax.numpy as jnp
@@ -24,6 +23,7 @@ from jaxsrl.streams import wire
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.streams.sockets import LISTEN_BACKLOG, bind
 from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
+from policy_server import served
 
 SPACE = gymnasium.spaces.Box(-1, 1, (3,), np.float32)
 
@@ -39,13 +39,7 @@ def test_server_remembers_a_verdict_for_every_actor_group():
     worker = PolicyWorker("fan-in", "p", devices.jit_act(_act, devices.local_mesh()),
                           lambda n: None, SPACE, store, MetricsAccumulator(),
                           PolicySettings(max_rows=actors))
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    worker.ready.wait()
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(worker.address)
-    try:
+    with served(worker) as sock:
         obs = {"obs": np.zeros((1, 3), np.float32)}
         for start in range(0, actors, 500):
             for a in range(start, start + 500):
@@ -54,10 +48,6 @@ def test_server_remembers_a_verdict_for_every_actor_group():
                 assert sock.poll(60_000), "no reply from the server"
                 sock.recv_multipart()
         assert len(worker._admitted) == actors  # old code: 5000 - 4096 = 904 (emptied once)
-    finally:
-        sock.close()
-        worker.stop.set()
-        thread.join(10)
 
 
 def _restore(limits):

@@ -18,6 +18,7 @@ from jaxsrl.streams.kept_carry import KEPT, KeptCarries, keep_mask
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.workers.actor.worker import Actor
 from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
+from policy_server import served
 
 SPACE = gymnasium.spaces.Box(-np.inf, np.inf, (4,), np.float32)  # CartPole-v1's
 T = 8
@@ -137,13 +138,7 @@ def test_a_kept_request_to_a_server_without_its_carry_is_answered_resend():
     worker = PolicyWorker("kept", "p", devices.jit_act(fake_act, devices.local_mesh()),
                           lambda n: jnp.zeros((n, 2), jnp.float32), SPACE, store, metrics,
                           PolicySettings(max_rows=4))
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    worker.ready.wait()
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(worker.address)
-    try:
+    with served(worker) as sock:
         obs = np.ones((2, 4), np.float32)
         meta = {"actor": 0, "run": 1, "group": 5}
         sock.send_multipart(wire.encode("act", {"obs": obs, KEPT: np.ones(2, np.uint8)}, meta))
@@ -169,7 +164,3 @@ def test_a_kept_request_to_a_server_without_its_carry_is_answered_resend():
         sock.send_multipart(wire.encode("act", {"obs": obs, KEPT: np.array([1, 3], np.uint8)}, meta))
         assert sock.poll(30_000)
         assert wire.decode(sock.recv_multipart()).kind == "resend"
-    finally:
-        sock.close()
-        worker.stop.set()
-        thread.join(5)

@@ -21,6 +21,7 @@ from jaxsrl.streams.segment_gate import SegmentGate
 from jaxsrl.streams.spaces import space_leaves
 from jaxsrl.workers.actor.worker import Actor
 from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
+from policy_server import served
 
 
 @pytest.mark.parametrize("env_id", ["hide_and_seek", "hide_and_seek_full"])
@@ -205,13 +206,7 @@ def test_the_server_drops_bad_packed_requests_and_answers_good_ones():
     worker = PolicyWorker("pack", "p", devices.jit_act(fake_act, devices.local_mesh()),
                           lambda n: jnp.zeros((n, 1), jnp.float32), space, store, metrics,
                           PolicySettings(max_rows=8))
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    worker.ready.wait()
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(worker.address)
-    try:
+    with served(worker) as sock:
         packed = packer.encode(obs)
         carry = np.zeros((len(packed["obs#f"]), 1), np.float32)
         meta = {"actor": 0, "run": 1, "group": 0}
@@ -227,10 +222,6 @@ def test_the_server_drops_bad_packed_requests_and_answers_good_ones():
         assert reply.kind == "action" and reply.arrays["action"].shape == (len(carry), 5)
         assert not sock.poll(200)  # the bad ones got no answer
         assert metrics.counter("dropped_requests") == 4
-    finally:
-        sock.close()
-        worker.stop.set()
-        thread.join(5)
 
 
 

@@ -3,14 +3,12 @@
 carry, evicted snapshots reset the row's carry, nothing recompiles, and finished games
 reach the pools."""
 
-import threading
 
 import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import zmq
 
 from jaxsrl.experiment.metrics import MetricsAccumulator
 from jaxsrl.parallel import devices
@@ -18,6 +16,7 @@ from jaxsrl.streams import wire
 from jaxsrl.streams.opponents import LATEST, PoolView, draw_value
 from jaxsrl.streams.params import ParameterStore
 from jaxsrl.workers.inference.policy import PolicySettings, PolicyWorker
+from policy_server import served
 
 SPACE = gymnasium.spaces.Box(-1, 1, (3,), np.float32)
 SCALE = {LATEST: 2.0, 1: 10.0, 3: 100.0}  # each version's parameter
@@ -51,16 +50,8 @@ def server():
     act = devices.jit_act(fake_act, devices.local_mesh())
     worker = PolicyWorker("sp-server", "p", act, lambda n: jnp.zeros((n, 1), jnp.float32), SPACE,
                           store, metrics, PolicySettings(max_rows=16), opponents=pools)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    worker.ready.wait()
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(worker.address)
-    yield worker, sock, act, pools, metrics
-    sock.close()
-    worker.stop.set()
-    thread.join(5)
+    with served(worker) as sock:
+        yield worker, sock, act, pools, metrics
 
 
 def _ask(sock, obs, carry, opponent, meta=None):
