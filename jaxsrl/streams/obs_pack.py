@@ -131,12 +131,13 @@ class ObsPacker:
         flat = np.concatenate([np.asarray(obs[k]).reshape(lead + (self.sizes[k],))
                                for k in self.names], axis=-1)
         fnames = packed_names(prefix)
-        raw = flat[..., self.bit_index].view(np.uint32)
-        if not ((raw == 0) | (raw == _ONE)).all():
+        raw = flat.take(self.bit_index, axis=-1).view(np.uint32)
+        nonzero = raw != 0
+        if np.count_nonzero(nonzero) != np.count_nonzero(raw == _ONE):  # every nonzero is 1.0
             raise ValueError("an observation column declared boolean (wire_bits) holds a value "
                              "other than 0.0 or 1.0")
-        return {fnames[0]: flat[..., self.float_index],
-                fnames[1]: np.packbits(raw != 0, axis=-1)}
+        return {fnames[0]: flat.take(self.float_index, axis=-1),
+                fnames[1]: np.packbits(nonzero, axis=-1)}
 
     def decode(self, packed: Mapping[str, np.ndarray], prefix: str = "obs") -> dict:
         """The float32 leaves (wire names under ``obs``, or ``final_obs`` for that

@@ -287,15 +287,17 @@ class SchemaDecoder:
     the two functions would raise, at a fraction of their cost.
 
     Args:
-      expected: ``{name: ArraySpec}`` (as :func:`check_rows`).
+      expected: ``{name: ArraySpec}`` (as :func:`check_rows`), or ``None``: no schema
+        (only :func:`decode`'s checks; ``rows`` and ``error`` are ``None``).
       max_bytes: largest total array payload (as :func:`decode`).
       what: the arrays' name in errors (as :func:`check_rows`).
       max_known: distinct headers remembered (all are forgotten when that many are).
     """
 
-    def __init__(self, expected: Mapping[str, ArraySpec], max_bytes: int = DEFAULT_MAX_BYTES,
+    def __init__(self, expected: Mapping[str, ArraySpec] | None, max_bytes: int = DEFAULT_MAX_BYTES,
                  what: str = "message", max_known: int = 4096):
-        self.expected, self.max_bytes, self.what = dict(expected), max_bytes, what
+        self.expected = None if expected is None else dict(expected)
+        self.max_bytes, self.what = max_bytes, what
         self._max_known = max_known
         self._known: dict = {}  # header bytes -> (kind, meta, [(name, dtype, shape, nbytes)], rows, error)
 
@@ -327,10 +329,12 @@ class SchemaDecoder:
 
     def _first(self, key: bytes, frames: Sequence) -> Checked:
         msg = decode(frames, self.max_bytes)  # the full check; raises what it raises
-        try:
-            rows, error = check_rows(msg.arrays, self.expected, self.what), None
-        except WireError as exc:
-            rows, error = None, str(exc)
+        rows = error = None
+        if self.expected is not None:
+            try:
+                rows = check_rows(msg.arrays, self.expected, self.what)
+            except WireError as exc:
+                error = str(exc)
         if all(v is None or type(v) in (int, float, str, bool) for v in msg.meta.values()):
             if len(self._known) >= self._max_known:
                 self._known.clear()

@@ -122,7 +122,7 @@ class FakeClient:
         self.examples = examples
         return True
 
-    def request(self, group, stream, arrays, meta):
+    def request(self, group, stream, arrays, meta, kept=None):
         self.requests.append((group, stream, {k: v.shape for k, v in arrays.items()}))
         carry = arrays["carry/0"] + 1
         self.ready.append(Actions(stream, group, self.VERSION, {

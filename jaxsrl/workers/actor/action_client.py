@@ -18,6 +18,7 @@ import dataclasses
 import threading
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+import numpy as np
 import zmq
 
 
@@ -67,7 +68,8 @@ class ActionClient(Protocol):
           TimeoutError: inference could not get ready in the spec's ``startup_timeout_s``.
         """
 
-    def request(self, group: int, stream: int, arrays: dict, meta: dict) -> None:
+    def request(self, group: int, stream: int, arrays: dict, meta: dict,
+                kept: np.ndarray | None = None) -> None:
         """Ask for actions for one group's rows of one stream.
 
         Args:
@@ -75,6 +77,11 @@ class ActionClient(Protocol):
           arrays: ``obs`` (or ``obs/<key>``) ``[n, ...]``, ``carry/i`` ``[n, ...]`` and, in
             self-play, ``opponent`` int32 ``[n]``: the rows' inputs.
           meta: extra plain data for the request (self-play: ``games``).
+          kept: ``[n]`` uint8, or ``None`` (not known): 1 where the row's carry is, bit for
+            bit, the carry of the last :class:`Actions` of this group and stream that the
+            actor accepted, 0 where the actor zeroed the row since (a new episode). A
+            client whose server keeps carries may then send the mask instead of the carry
+            (``jaxsrl/streams/kept_carry.py``); others ignore it.
         """
 
     def receive(self, waiting: Mapping[int, Sequence[int]], alive: Alive) -> Actions | None:

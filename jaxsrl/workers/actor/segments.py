@@ -112,6 +112,11 @@ class Group:
                        for r in self.rows]
         self.carry = [{name: np.zeros((len(r),) + tuple(shape), dtype) for name, dtype, shape in carry_spec}
                       for r in self.rows]
+        # per stream: whether its carry is the last accepted reply's (save rows zeroed
+        # since, ``zeroed``), which is what a server that keeps carries holds (kept_mask)
+        self.accepted = [False] * len(streams)
+        self._expected: dict = {}  # stream -> ((name, shape), ...) of its replies (reply_problem)
+        self.zeroed = [np.zeros(len(r), bool) for r in self.rows]
         self.action = np.zeros((env.num_rows,) + action[1], action[0])
         self.logp = np.zeros(env.num_rows, np.float32)
         self.version = [0] * len(streams)
@@ -129,14 +134,21 @@ class Group:
         cannot be stored ("" if they can): every array this group needs, with the right
         shapes (values are cast on assignment)."""
         i = actions.stream
-        n = len(self.rows[i])
-        expected = {"action": (n,) + tuple(action_shape), "logp": (n,)}
-        expected.update({k: v.shape for k, v in self.carry[i].items()})
-        if self.draws:
-            expected[OPPONENT] = (n,)
-        bad = [k for k, shape in expected.items()
-               if k not in actions.arrays or tuple(np.shape(actions.arrays[k])) != tuple(shape)]
-        return f"arrays {bad} missing or of the wrong shape" if bad else ""
+        expected = self._expected.get(i)
+        if expected is None:
+            n = len(self.rows[i])
+            expected = {"action": (n,) + tuple(action_shape), "logp": (n,)}
+            expected.update({k: v.shape for k, v in self.carry[i].items()})
+            if self.draws:
+                expected[OPPONENT] = (n,)
+            expected = self._expected[i] = tuple(expected.items())
+        arrays = actions.arrays
+        for k, shape in expected:
+            if k not in arrays or np.shape(arrays[k]) != shape:
+                bad = [k for k, shape in expected
+                       if k not in arrays or np.shape(arrays[k]) != shape]
+                return f"arrays {bad} missing or of the wrong shape"
+        return ""
 
     def store_reply(self, actions) -> None:
         """Keep stream ``actions.stream``'s (checked) actions: actions, log-probabilities,
@@ -148,8 +160,31 @@ class Group:
         self.version[i] = int(actions.version)
         for name in self.carry[i]:
             self.carry[i][name][:] = actions.arrays[name]
+        self.accepted[i] = True
+        self.zeroed[i][:] = False
         if self.draws:
             self.draws.answered(i, actions.arrays[OPPONENT])
+
+    def reject_reply(self, stream: int) -> None:
+        """Stream ``stream``'s last reply was not stored: its carry is not that reply's."""
+        self.accepted[stream] = False
+
+    def zero_carry(self, stream: int, done: np.ndarray) -> None:
+        """Start the episodes of stream ``stream``'s rows where ``done`` (``[n]`` bool)
+        from the initial (zero) carry."""
+        if done.any():
+            for v in self.carry[stream].values():
+                v[done] = 0
+            self.zeroed[stream] |= done
+
+    def kept_mask(self, stream: int) -> np.ndarray | None:
+        """``[n]`` uint8: 1 where stream ``stream``'s carry row is the last accepted
+        reply's bit for bit, 0 where it was zeroed since; ``None`` if the carry is not
+        that reply's (none accepted yet, or the last reply was rejected)
+        (:meth:`~jaxsrl.workers.actor.action_client.ActionClient.request`'s ``kept``)."""
+        if not self.accepted[stream]:
+            return None
+        return (~self.zeroed[stream]).view(np.uint8)
 
 
 def take_rows(named: dict, rows: np.ndarray) -> dict:

@@ -33,6 +33,7 @@ import math
 import time
 from typing import Mapping, Sequence
 
+import numpy as np
 import zmq
 
 from jaxsrl.streams import wire
@@ -116,30 +117,40 @@ class ServerClient:
         self._carry_names = [name for name, _, _ in spec.carry_spec] if spec.kept_carry else []
         self._last: dict = {}  # (stream, group) -> carry arrays of the current server's last reply
         self._pending: dict = {}  # (stream, group) -> (arrays, meta) of its latest request (resend)
+        self._replies = wire.SchemaDecoder(None)  # replies' headers repeat: checked once each
 
     def prepare(self, examples: Sequence[tuple[int, dict]], alive: Alive) -> bool:
         """Nothing to prepare: the servers compile on their side (hence ``startup_timeout_s``)."""
         return not alive.stop.is_set()
 
-    def request(self, group: int, stream: int, arrays: dict, meta: dict) -> None:
+    def request(self, group: int, stream: int, arrays: dict, meta: dict,
+                kept: np.ndarray | None = None) -> None:
         link = self.links[stream]
         if not self._open[stream]:  # the stream's silence clock runs while it waits
             link.silent_since = link.tried_at = time.monotonic()
         meta = {"actor": self.actor_id, "run": self.run_id, "group": group, **meta}
-        frames = self._encode(stream, group, arrays, meta, self._last.get((stream, group)))
+        frames = self._encode(stream, group, arrays, meta, self._last.get((stream, group)), kept)
         self._frames[stream, group] = frames
         self._open[stream].add(group)
         link.socket.send_multipart(frames, copy=False)
 
-    def _encode(self, stream: int, group: int, arrays: dict, meta: dict, last: dict | None) -> list:
-        """The ``act`` request's frames: the carry replaced by ``carry_kept`` when
-        :func:`~jaxsrl.streams.kept_carry.keep_mask` allows it against ``last`` (the carry
-        of the server's last reply to the group, or ``None``: send it in full)."""
+    def _encode(self, stream: int, group: int, arrays: dict, meta: dict, last: dict | None,
+                kept: np.ndarray | None = None) -> list:
+        """The ``act`` request's frames: the carry replaced by ``carry_kept`` when the
+        current server holds the group's last reply (``last``: its carry, or ``None``:
+        send the carry in full) and the actor's ``kept`` mask (:meth:`request`) says how
+        the carry relates to it, else when :func:`~jaxsrl.streams.kept_carry.keep_mask`
+        finds so bit for bit."""
         names = self._carry_names
         if not names:
             return wire.encode("act", arrays, meta)
         self._pending[stream, group] = (arrays, meta)
-        keep = keep_mask({k: arrays[k] for k in names}, last) if last is not None else None
+        if last is None:
+            keep = None
+        elif kept is not None:
+            keep = kept
+        else:
+            keep = keep_mask({k: arrays[k] for k in names}, last)
         if keep is None:
             return wire.encode("act", arrays, meta)
         sent = {k: v for k, v in arrays.items() if k not in names}
@@ -234,7 +245,7 @@ class ServerClient:
         ``action`` reply with an int ``version`` for a group in ``waiting``. A ``resend``
         for a waiting group sends that group's request again, its carry in full (``None``)."""
         try:
-            msg = wire.decode(frames)
+            msg = self._replies.decode(frames).message
         except wire.WireError as exc:
             log.warning("dropping a malformed reply: %s", exc)
             return None

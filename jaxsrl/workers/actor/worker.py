@@ -208,7 +208,7 @@ class Actor(Worker):
                 if games:
                     meta["games"] = games
             group.waiting.add(i)
-            self.client.request(g, i, arrays, meta)
+            self.client.request(g, i, arrays, meta, kept=group.kept_mask(i))
         self.timing["wait_s"] += time.perf_counter() - t0
 
     def _waiting(self) -> dict[int, list[int]]:
@@ -242,6 +242,7 @@ class Actor(Worker):
             if problem:
                 log.warning("dropping the actions for group %d of stream %d: %s",
                             actions.group, actions.stream, problem)
+                group.reject_reply(actions.stream)
                 continue
             group.store_reply(actions)
             group.waiting.discard(actions.stream)
@@ -265,8 +266,7 @@ class Actor(Worker):
             group.draws.stepped(step.reward, done, step.valid, discarded)
         full = []
         for i, rows in enumerate(group.select):  # (a slice for a stream of every row: views)
-            for v in group.carry[i].values():
-                v[done[rows]] = 0  # a new episode starts from the initial (zero) carry
+            group.zero_carry(i, done[rows])  # a new episode starts from the initial (zero) carry
             buf = group.buffers[i]
             every = type(rows) is slice  # noqa: E721
             if buf.record(group.action[rows], group.logp[rows], group.version[i], step.reward[rows],

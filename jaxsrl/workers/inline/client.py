@@ -40,6 +40,7 @@ import time
 from typing import Mapping, Sequence
 
 import jax
+import numpy as np
 import zmq
 
 from jaxsrl.experiment.agent_build import factory_of_spec
@@ -140,9 +141,10 @@ class InlineClient:
             raise errors[0]
         return True
 
-    def request(self, group: int, stream: int, arrays: dict, meta: dict) -> None:
+    def request(self, group: int, stream: int, arrays: dict, meta: dict,
+                kept: np.ndarray | None = None) -> None:
         """Act at once with the newest parameters received (the result waits for
-        :meth:`receive`); ``meta`` is not needed here.
+        :meth:`receive`); ``meta`` and ``kept`` are not needed here.
 
         Raises:
           KeyError: no parameters received yet (:meth:`prepare` first).
