@@ -45,6 +45,8 @@ Kinds, with their fields:
   node_ip, node_id, pid (the accelerator process: learner, and inference unless
   ``--remote_inference``), reason (Ray's words, one line); the run stopped
   (``jaxsrl/launch/ray_loss.py``)
+* ``no_env_steps``: seconds (of the run with no env step counted by its learners yet;
+  logged at 300 s, then at doubling times: ``jaxsrl/launch/control.py``)
 * ``run_end``: env_steps, checkpoints (policy -> saved version or null)
 """
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
 import threading
 import time
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
+from jaxsrl.experiment import events
 from jaxsrl.experiment.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
 from jaxsrl.launch.periodic_eval import PeriodicEvaluator
 from jaxsrl.launch.processes import ChildProcess
@@ -44,6 +46,11 @@ if TYPE_CHECKING:
     from jaxsrl.workers.learner.trainer import TrainerWorker
 
 log = logging.getLogger("jaxsrl")
+
+#: seconds of a run with no env step counted before the control loop says so (a warning
+#: and a ``no_env_steps`` event, repeated at doubling times): the first compile of a large
+#: policy takes minutes, a stalled data path forever.
+NO_STEPS_WARN_S = 300.0
 
 # Set by SIGINT/SIGTERM during train(). The handler also raises KeyboardInterrupt, but
 # Python drops an exception raised while a callback runs (e.g. JAX's GC callback:
@@ -177,6 +184,7 @@ class ControlLoop:
         self.last_log = self.last_ckpt = run.clock()
         self.record: dict = {}
         self.responsive_since: float | None = None  # since when every worker kept turning its loop
+        self.no_steps_warn_at = NO_STEPS_WARN_S  # run time of the next "no env step yet" warning
         self.supervisor = ActorSupervisor(run.cfg, run.actors, run.table, run.metrics,
                                           run.inference.liveness, run.seed_base)
 
@@ -197,6 +205,7 @@ class ControlLoop:
             self.supervisor.check(mono, self.responsive_since)
             if self._log_metrics():
                 return self.record
+            self._warn_no_steps()
             self._request_checkpoints()
             self._evaluate()
 
@@ -237,6 +246,18 @@ class ControlLoop:
                 log.info("target return %.1f reached", cfg.target_return)
                 return True
         return done
+
+    def _warn_no_steps(self) -> None:
+        """Say so when no env step has been counted :data:`NO_STEPS_WARN_S` into the run,
+        and again at doubling times: a run that trains nothing must not look busy."""
+        now = self.run.clock()
+        if now < self.no_steps_warn_at or self.run.metrics.env_steps:
+            return
+        self.no_steps_warn_at = 2 * now
+        events.emit(log, logging.WARNING, "no_env_steps", {"seconds": round(now, 1)},
+                    "no env step has reached the learner in %.0f s of the run: the actors' "
+                    "segments are not arriving (actor errors, if any, are in %s)", now,
+                    os.path.join(self.run.logdir, "errors"))
 
     def _request_checkpoints(self) -> None:
         now = self.run.clock()
