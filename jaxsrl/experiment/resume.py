@@ -276,7 +276,7 @@ def budget_reached(logdir: str, total_env_steps: int) -> str | None:
         try:
             with open(path, encoding="utf-8") as f:
                 counts.append(int(json.load(f)["env_steps"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
             return None
     if not counts or min(counts) < total_env_steps:
         return None

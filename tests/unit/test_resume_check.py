@@ -103,3 +103,15 @@ def test_a_resume_whose_budget_is_already_reached_says_so(tmp_path):
     meta("other", 2, 900)
     assert budget_reached(str(tmp_path), 10_000) is None  # one policy has steps to go
     assert budget_reached(str(tmp_path / "nothing"), 10) is None
+
+
+def test_an_unreadable_budget_count_is_no_note(tmp_path):
+    """Metadata that is deeply nested JSON (RecursionError) or counts Infinity steps
+    (OverflowError in int()) reads as no count, not as a crash of the resume."""
+    from jaxsrl.experiment.resume import budget_reached
+
+    folder = tmp_path / "checkpoints" / "default" / "3" / "meta"
+    folder.mkdir(parents=True)
+    for text in ("[" * 100_000 + "]" * 100_000, '{"env_steps": Infinity}'):
+        (folder / "metadata").write_text(text)
+        assert budget_reached(str(tmp_path), 10) is None
