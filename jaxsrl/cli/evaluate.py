@@ -33,6 +33,7 @@ from typing import Sequence
 import gymnasium
 
 from jaxsrl.cli.common import configure_logging, import_from_current_directory
+from jaxsrl.core import interrupts
 from jaxsrl.tools import evaluation
 
 
@@ -74,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.video_episode is not None and not 0 <= args.video_episode < args.episodes:
         print("evaluate.py: error: --video_episode must be in [0, --episodes)", file=sys.stderr)
         return 2
+    previous = interrupts.install_stop_handlers()  # Ctrl-C between compiled calls is not lost
     try:
         run = evaluation.load_run(logdir=args.logdir, checkpoint=args.checkpoint,
                                   config_path=args.config, policy=args.policy)
@@ -85,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             gymnasium.error.DependencyNotInstalled) as exc:  # e.g. pygame for CartPole frames
         print(f"evaluate.py: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        interrupts.restore(previous)
     summary = result.summary()
     print(evaluation.format_summary(run, summary))
     if args.json:

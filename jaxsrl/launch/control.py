@@ -6,7 +6,7 @@ watches it until the run is done: a dead worker thread stops the run naming it;
 actors are watched and restarted (:class:`~jaxsrl.launch.supervision.ActorSupervisor`); metrics are logged every
 ``log_interval_s``, checkpoints requested every ``checkpoint_interval_s``, periodic
 evaluations started and collected; the loop ends at ``total_env_steps`` or
-``target_return``. SIGINT/SIGTERM (:func:`install_stop_handlers`) end it with
+``target_return``. SIGINT/SIGTERM (:func:`jaxsrl.core.interrupts.install_stop_handlers`) end it with
 ``KeyboardInterrupt``.
 """
 
@@ -15,13 +15,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import signal
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import zmq
 
+from jaxsrl.core import interrupts
 from jaxsrl.experiment import events
 from jaxsrl.experiment.metrics import Clock, MetricsAccumulator, MetricsWriter, console_line
 from jaxsrl.launch.periodic_eval import PeriodicEvaluator
@@ -51,29 +50,6 @@ log = logging.getLogger("jaxsrl")
 #: and a ``no_env_steps`` event, repeated at doubling times): the first compile of a large
 #: policy takes minutes, a stalled data path forever.
 NO_STEPS_WARN_S = 300.0
-
-# Set by SIGINT/SIGTERM during train(). The handler also raises KeyboardInterrupt, but
-# Python drops an exception raised while a callback runs (e.g. JAX's GC callback:
-# "Exception ignored in ..."), so the control loop checks this flag too.
-_interrupted = threading.Event()
-
-
-def _raise_interrupt(signum, frame):  # noqa: ARG001
-    _interrupted.set()
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def install_stop_handlers() -> dict:
-    """SIGINT and SIGTERM -> KeyboardInterrupt (+ flag); returns the previous handlers.
-
-    Only the main thread may set handlers; elsewhere (e.g. train() in a worker thread)
-    nothing changes and the caller's handling stays in charge.
-    """
-    _interrupted.clear()
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-
 
 @dataclasses.dataclass(frozen=True)
 class RunContext:
@@ -197,8 +173,7 @@ class ControlLoop:
         """
         while True:
             time.sleep(0.02)
-            if _interrupted.is_set():  # the signal's own KeyboardInterrupt may have been dropped
-                raise KeyboardInterrupt("stop signal")
+            interrupts.check()  # the signal's own KeyboardInterrupt may have been dropped
             self._check_workers()
             mono = time.monotonic()
             self._update_responsive(mono)

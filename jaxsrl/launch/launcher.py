@@ -40,6 +40,7 @@ import time
 from typing import Any
 
 
+from jaxsrl.core import interrupts
 from jaxsrl.experiment import events
 from jaxsrl.experiment import inline as inline_lib
 from jaxsrl.experiment import resume as resumption
@@ -49,7 +50,7 @@ from jaxsrl.experiment.run_dir import RunDir
 from jaxsrl.envs.jax_native import is_jax_native
 from jaxsrl.launch import wiring
 from jaxsrl.launch.device_trainers import envs_text
-from jaxsrl.launch.control import ControlLoop, Run, install_stop_handlers
+from jaxsrl.launch.control import ControlLoop, Run
 from jaxsrl.launch.placement import learner_placement
 from jaxsrl.launch.processes import Spawner, stop_all
 from jaxsrl.launch.supervision import ComponentDied, restart_delay
@@ -205,7 +206,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
         if done:
             log.warning("--resume: %s", done)
         run = wiring.new_run(cfg, setup.flow, logdir, clock, placement, spawner)
-        old_handlers = install_stop_handlers()
+        old_handlers = interrupts.install_stop_handlers()
         wiring.start(run, setup, restored=lambda: resumption.commit_config(logdir, config))
         record.update(ControlLoop(run)())
         finished = True

@@ -76,9 +76,16 @@ env = device_evaluation.make_env(run.config)
 act = functools.partial(run.fns.act, deterministic=True)
 ev = make_evaluation(env, act, 2, run.fns.initial_carry, max_steps=10**9)
 params, key = run.policies["default"].params, jax.random.PRNGKey(0)
-# Compile and run one chunk first, so the signal below arrives while compiled calls run.
-jax.block_until_ready(_jitted(ev)["chunk"](params, _jitted(ev)["start"](key)))
-print("evaluating", flush=True)
+# Compile and run one chunk first; run_chunks' first call says so (then it is put back),
+# so the signal below arrives while run_chunks runs its compiled calls.
+jitted = _jitted(ev)
+jax.block_until_ready(jitted["chunk"](params, jitted["start"](key)))
+finished = jitted["finished"]
+def announced(c):
+    jitted["finished"] = finished
+    print("evaluating", flush=True)
+    return finished(c)
+jitted["finished"] = announced
 ev.run_chunks(params, key)
 print("finished", flush=True)
 """

@@ -136,14 +136,14 @@ def test_finished_episodes_come_in_the_order_they_finished():
 
 
 def test_a_device_rollout_reports_each_finished_episode():
-    """A gymnax CartPole rollout (reward 1 a step): every episode's return equals its
+    """A CartPole rollout (``tests/jax_cartpole.py``, reward 1 a step): every episode's return equals its
     length, and they are those ``done`` marks; fed to the accumulator they are its window."""
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
 
     from jaxsrl.envs.jax_native import registry  # noqa: PLC0415
     from jaxsrl.workers.device.rollout import initial_rollout_carry, make_rollout  # noqa: PLC0415
-    env = registry.make("gymnax:CartPole-v1")
+    env = registry.make("jax:jax_cartpole:make")
     n_act = int(env.action_space.n)
 
     def act(params, obs, carry, rng):

@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsrl.core import interrupts
+
 #: Steps after which an evaluation episode is cut (and counted truncated) when neither
 #: ``max_steps`` (``scripts/evaluate.py --max_steps``) nor the environment's own time
 #: limit bounds it: a JAX-native env that never terminates nor truncates (a user's
@@ -129,14 +131,18 @@ class Evaluation:
 
         Raises:
           KeyboardInterrupt: Ctrl-C or SIGTERM (where the caller turns it into one)
-            arrived during a call: raised when that call returns.
+            arrived: raised when the call it arrived in returns
+            (:mod:`jaxsrl.core.interrupts`).
         """
         jitted = _jitted(self)
-        c = jitted["start"](key)
-        for _ in range(-(-self.max_steps // self.chunk_steps)):
-            if bool(jitted["finished"](c)):
-                break
-            c = jitted["chunk"](params, c)
+        with interrupts.interrupt_flag():
+            c = jitted["start"](key)
+            for _ in range(-(-self.max_steps // self.chunk_steps)):
+                interrupts.check()
+                if bool(jitted["finished"](c)):
+                    break
+                c = jitted["chunk"](params, c)
+            interrupts.check()
         return Outcome(*(np.asarray(x) for x in jax.device_get(jitted["outcome"](c))))
 
 
