@@ -195,9 +195,9 @@ def _instrument(actor, counters: dict) -> None:
     client = actor.client
     request, receive = client.request, client.receive
 
-    def timed_request(group, stream, arrays, meta):
+    def timed_request(group, stream, arrays, meta, kept=None):
         t0 = tt()
-        request(group, stream, arrays, meta)
+        request(group, stream, arrays, meta, kept=kept)
         counters["request_cpu_s"] += tt() - t0
         counters["request_bytes"] += _frames_bytes(client._frames[stream, group])
         counters["requests"] += 1

@@ -21,3 +21,20 @@ def test_summarize_per_env_step():
 
 def test_actor_core_is_an_opt_in_rung():
     assert "actor_core" in OPT_IN_RUNGS and "actor_core" not in RUNGS
+
+
+def test_the_rung_runs_a_real_actor_against_a_real_server(tmp_path):
+    """A short rung on CartPole: the child's wrappers still fit the actor's loop (a changed ``request`` signature once broke every
+    rung), and the counters add up."""
+    import os  # noqa: PLC0415
+
+    from jaxsrl.experiment.config import load_config  # noqa: PLC0415
+    cfg = load_config(["--env=CartPole-v1", "--envs_per_actor=4", "--segment_length=8",
+                       "--ppo.hidden_sizes", "8",
+                       f"--compilation_cache_dir={tmp_path / 'xla'}"])
+    cores = sorted(os.sched_getaffinity(0))
+    out = actor_core.measure(cfg, duration_s=1.0, warmup_s=0.5, actor_core=cores[0],
+                             server_core=cores[-1], start_timeout_s=600)
+    assert out["env_steps"] > 0 and out["requests"] > 0 and out["segments"] > 0
+    assert out["env_ms"] > 0 and out["request_bytes"] > 0 and out["segment_bytes"] > 0
+    assert out["envs_per_request"] == 2
