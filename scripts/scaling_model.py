@@ -218,7 +218,9 @@ def render(rows: list, hw, bench_path: str, command: str, fan_in_path: str, serv
                 f"at least {rate * SRL_WINDOW_S / SRL_ENVS_PER_POLICY_WORKER:,.0f} policy workers, each "
                 f"batch holding {SRL_ENVS_PER_POLICY_WORKER} envs' observations. Ours batches what "
                 "arrives (no window unless `--inference_deadline_ms`): a request carries "
-                "envs_per_actor / ring_size = 4 envs, and the server cores above are what decoding, "
+                "envs_per_actor / ring_size envs ("
+                + ", ".join(f"{c.env_steps_per_request} in {c.name.split(' ')[0]}" for c, _ in rows)
+                + "), and the server cores above are what decoding, "
                 "batching and answering those requests costs (rung 10); the policy's arithmetic is in "
                 "the GPU term. SRL's actor cores ran the original `mujoco-worldgen` game, whose speed "
                 "per core was not measured here.",
