@@ -65,7 +65,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Evaluate, print the summary (and write ``--json``); returns the exit code."""
+    """Evaluate, print the summary (and write ``--json``); returns the exit code (0; 2 a
+    bad flag or run folder; 130 interrupted by SIGINT or SIGTERM, nothing written)."""
     args = parse_args(argv)
     import_from_current_directory()
     configure_logging(absl_level=logging.ERROR)
@@ -87,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             gymnasium.error.DependencyNotInstalled) as exc:  # e.g. pygame for CartPole frames
         print(f"evaluate.py: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: nothing was written
+        print("evaluate.py: interrupted", file=sys.stderr)
+        return 130
     finally:
         interrupts.restore(previous)
     summary = result.summary()

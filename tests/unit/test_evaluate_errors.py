@@ -100,3 +100,22 @@ def test_an_unknown_policy_names_the_policies_the_run_has(pruned_run, capsys):
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "no checkpoint folder" in err and "this run's policies: default)" in err
     assert _snapshot(pruned_run) == before
+
+
+def test_an_interrupted_evaluation_is_one_line_and_exit_130(monkeypatch, capsys, tmp_path):
+    """Ctrl-C or SIGTERM while evaluating (``KeyboardInterrupt`` from the evaluation):
+    exit code 130, one line, no ``--json`` written, and the caller's signal handlers back."""
+    import signal  # noqa: PLC0415
+
+    from jaxsrl.tools import evaluation  # noqa: PLC0415
+    monkeypatch.setattr(evaluation, "load_run", lambda **kw: object())
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt("stop signal")
+    monkeypatch.setattr(evaluation, "evaluate", interrupted)
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    out = tmp_path / "eval.json"
+    assert _evaluate(["--logdir", str(tmp_path), "--json", str(out)]) == 130
+    assert capsys.readouterr().err.strip() == "evaluate.py: interrupted"
+    assert not out.exists()
+    assert {s: signal.getsignal(s) for s in before} == before
