@@ -3,9 +3,7 @@
 Python raises a signal handler's exception in whatever Python code the main thread runs
 next. Between two compiled calls that is often code called back from C++ (JAX's dispatch,
 compilation and garbage-collection hooks), where the exception is dropped ("Exception
-ignored in ...") and the loop goes on as if no signal came: seen with
-``Evaluation.run_chunks`` on 2 loaded cores, where 24 of 24 Ctrl-Cs were lost. So a signal
-always also sets a process-wide flag, and loops check it between calls (:func:`check`):
+ignored in ...") and the loop goes on as if no signal came. So a signal always also sets a process-wide flag, and loops check it between calls (:func:`check`):
 
 - :func:`install_stop_handlers` (a run, ``jaxsrl-evaluate``): SIGINT and SIGTERM set the
   flag and raise ``KeyboardInterrupt`` where they land;

@@ -219,8 +219,7 @@ def _train(cfg: Any, spawner: Spawner | None, logdir: str) -> dict:
                 record.update(_shutdown(run, finished))
         finally:
             placement.close()
-            for sig, handler in old_handlers.items():
-                signal.signal(sig, handler)
+            interrupts.restore(old_handlers)
     return record | {"logdir": logdir}
 
 

@@ -24,8 +24,8 @@ def test_actor_core_is_an_opt_in_rung():
 
 
 def test_the_rung_runs_a_real_actor_against_a_real_server(tmp_path):
-    """A short rung on CartPole: the child's wrappers still fit the actor's loop (a changed ``request`` signature once broke every
-    rung), and the counters add up."""
+    """A short rung on CartPole: the child's wrappers still fit the actor's loop (a
+    changed ``request`` signature once broke every rung), and the counters add up."""
     import os  # noqa: PLC0415
 
     from jaxsrl.experiment.config import load_config  # noqa: PLC0415
